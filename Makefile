@@ -1,0 +1,23 @@
+# The two commands a newcomer needs are `make demo` (once the lab exists) and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: test deps lint unit crds
+
+# Installs what the tests need (idempotent), then checks formatting, lints and runs
+# every test: unit, property, and the lab's integration tests.
+test: deps lint unit
+
+deps:
+	bash scripts/install-deps
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked
+
+# Regenerates crds/ from the Rust types (a test fails when they differ).
+crds:
+	$(CARGO) run --locked --bin configrollout-crdgen -- crds

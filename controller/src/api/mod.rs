@@ -1,0 +1,1 @@
+//! CRD types for `configrollout.dev/v1alpha1`.

@@ -1,0 +1,1 @@
+//! Hybrid logical clock, LWW map, deltas and digests: pure, no IO.

@@ -1,0 +1,8 @@
+//! configrollout: roll out configuration revisions across regional clusters, stage by
+//! stage, as CRDT deltas. See `DESIGN.md` in the steering repository for the contract.
+//!
+//! `crdt`, `engine` and `gates` are pure (no IO, no clock of their own); `regions` and
+//! `reconcile` hold every API call.
+
+pub mod api;
+pub mod crdt;
