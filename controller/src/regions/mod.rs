@@ -1,6 +1,7 @@
 //! Regions: materialisation of revisions into a region's ConfigMaps, and the evidence read
 //! back. [`materialize`] decides (pure); [`store`] does the API calls.
 
+pub mod clients;
 pub mod materialize;
 pub mod store;
 
