@@ -6,4 +6,7 @@
 
 pub mod api;
 pub mod crdt;
+pub mod reconcile;
 pub mod regions;
+pub mod shutdown;
+pub mod telemetry;
