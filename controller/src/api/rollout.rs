@@ -138,14 +138,23 @@ fn spec_rules(schema: &mut Schema) {
                 "self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
                 "spec.stages: stage names must be unique",
             )
-            .at(".stages")
-            .reason("FieldValueDuplicate"),
+            .at(".stages"),
+            Rule::new(
+                format!(
+                    "self.stages.all(s, s.name != {})",
+                    schema::cel_str(super::CONTRACT_STAGE)
+                ),
+                format!(
+                    "spec.stages[].name: {:?} is reserved for approving the contract step",
+                    super::CONTRACT_STAGE
+                ),
+            )
+            .at(".stages"),
             Rule::new(
                 "!has(self.gates) || self.gates.all(g, self.gates.exists_one(h, h.name == g.name))",
                 "spec.gates: gate names must be unique",
             )
-            .at(".gates")
-            .reason("FieldValueDuplicate"),
+            .at(".gates"),
             Rule::new(
                 "self.stages.all(s, !has(s.gates) || s.gates.all(n, \
                  has(self.gates) && self.gates.exists(g, g.name == n)))",

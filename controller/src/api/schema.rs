@@ -33,7 +33,9 @@ pub(crate) struct Rule<'a> {
     /// JSONPath relative to the schema node the rule sits on; the apiserver reports the
     /// failure at this field rather than at the node.
     pub field_path: Option<&'a str>,
-    /// `FieldValueInvalid` unless set: what `kubectl` shows as the cause type.
+    /// `FieldValueInvalid` unless set: what `kubectl` shows as the cause type. Not
+    /// `FieldValueDuplicate`: the apiserver then prints "Duplicate value" and drops the
+    /// message.
     pub reason: Option<&'a str>,
 }
 
