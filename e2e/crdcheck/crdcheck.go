@@ -2,8 +2,10 @@
 // validation code (the code a kube-apiserver runs on CRD create, and on custom resource
 // create and update), in process: structural schema, defaults, CEL compilation and
 // estimated cost for the CRDs; defaulting, pruning, OpenAPI validation, list semantics
-// and CEL evaluation for objects. The lab installs the same CRDs into a real
-// kube-apiserver; this check gives the same verdicts in seconds, without one.
+// and CEL evaluation for objects. The policies in policies/ are compiled and evaluated
+// with the apiserver's ValidatingAdmissionPolicy CEL compiler and validator. The lab
+// installs the same objects into a real kube-apiserver; this check gives the same
+// verdicts in seconds, without one.
 package crdcheck
 
 import (
