@@ -1,5 +1,16 @@
 //! Termination signals. The process stops taking work on the first SIGTERM or SIGINT,
 //! finishes or abandons the reconcile in flight, and releases the Lease.
+//!
+//! The order matters, so that nothing writes after the hand-over:
+//! 1. [`Signals::recv`] resolves: mark `/readyz` failing
+//!    (`telemetry::health::Health::mark_stopping`);
+//! 2. stop the controller and let the reconcile in flight finish (kube-runtime's
+//!    `Controller::graceful_shutdown_on`), within the pod's grace period;
+//! 3. cancel the elector's token and await `LeaderElector::run`: it stops leading, then
+//!    releases the Lease so the standby takes over at its next poll;
+//! 4. cancel the probe server's token last, so probes answer until the end.
+//!
+//! A second signal during 2 may be taken as "give up waiting" by the binary.
 
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 
