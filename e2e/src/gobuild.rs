@@ -71,7 +71,8 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
         .map_err(|e| LabError::io(format!("lock {}", lock_path.display()), e))?;
 
     let bin = cache.join("bin");
-    let wanted = source_hash()?;
+    let ldflags = version_ldflags()?;
+    let wanted = source_hash(&ldflags)?;
     let current = fs::read_to_string(bin.join(STAMP)).unwrap_or_default();
     let complete = PROGRAMS.iter().all(|p| bin.join(p).is_file());
     if current.trim() == wanted && complete {
@@ -87,7 +88,7 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
     out_dir.push("/");
     let output = Command::new(go_command())
         .current_dir(module_dir())
-        .args(["build", "-trimpath", "-o"])
+        .args(["build", "-ldflags", &ldflags, "-o"])
         .arg(&out_dir)
         .arg("./cmd/...")
         .output()
@@ -114,13 +115,41 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
     Ok(GoPrograms { dir: bin })
 }
 
-/// Hash of every source file of the module (path and content) and the Go version.
-fn source_hash() -> Result<String, LabError> {
+/// `-ldflags` stamping the Kubernetes release of go.mod into the binary, as the upstream
+/// build does: without them `/version` reports `v0.0.0-master`.
+fn version_ldflags() -> Result<String, LabError> {
+    let go_mod = module_dir().join("go.mod");
+    let text = fs::read_to_string(&go_mod)
+        .map_err(|e| LabError::io(format!("read {}", go_mod.display()), e))?;
+    let version = text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("k8s.io/kubernetes "))
+        .map(str::trim)
+        .find(|v| v.starts_with('v'))
+        .ok_or_else(|| LabError::GoBuild {
+            status: "not started".into(),
+            output: format!("no k8s.io/kubernetes requirement in {}", go_mod.display()),
+        })?;
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default();
+    let minor = parts.next().unwrap_or_default();
+    let package = "k8s.io/component-base/version";
+    Ok(format!(
+        "-X {package}.gitVersion={version} -X {package}.gitMajor={major} -X {package}.gitMinor={minor} \
+         -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
+    ))
+}
+
+/// Hash of every source file of the module (path and content), the Go version and the
+/// build flags.
+fn source_hash(ldflags: &str) -> Result<String, LabError> {
     let root = module_dir();
     let mut files = Vec::new();
     collect_sources(&root, &mut files)?;
     files.sort();
     let mut hasher = Sha256::new();
+    hasher.update(ldflags.as_bytes());
+    hasher.update([0]);
     for file in &files {
         let relative = file.strip_prefix(&root).unwrap_or(file);
         hasher.update(relative.to_string_lossy().as_bytes());

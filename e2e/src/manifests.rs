@@ -188,7 +188,10 @@ mod tests {
 
     #[test]
     fn every_document_of_a_multi_document_file_is_read_and_empty_ones_skipped() {
-        let dir = std::env::temp_dir().join(format!("configrollout-lab-manifests-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "configrollout-lab-manifests-{}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let file = dir.join("two.yaml");
         std::fs::write(
@@ -202,8 +205,14 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("clean up");
 
         assert_eq!(files, vec![file]);
-        let kinds: Vec<_> = objects.iter().map(|o| o.types.as_ref().map(|t| t.kind.clone())).collect();
-        assert_eq!(kinds, vec![Some("Namespace".into()), Some("ConfigMap".into())]);
+        let kinds: Vec<_> = objects
+            .iter()
+            .map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![Some("Namespace".into()), Some("ConfigMap".into())]
+        );
         assert_eq!(objects[1].data["data"]["k"], "v");
     }
 }

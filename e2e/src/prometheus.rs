@@ -263,7 +263,8 @@ mod tests {
     #[test]
     fn scrape_config_scrapes_every_workload_each_second() {
         let config: serde_yaml::Value =
-            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1", "127.0.0.1:2"])).expect("valid YAML");
+            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1", "127.0.0.1:2"]))
+                .expect("valid YAML");
         assert_eq!(config["global"]["scrape_interval"], "1s");
         let targets = &config["scrape_configs"][0]["static_configs"][0]["targets"];
         assert_eq!(targets[0], "127.0.0.1:1");

@@ -61,8 +61,11 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	// A stale ready file from an earlier run must not be taken for this one.
-	_ = os.Remove(filepath.Join(dir, readyFileName))
+	// A stale ready file from an earlier run must not be taken for this one, and a
+	// stopped control plane must not look ready.
+	readyFile := filepath.Join(dir, readyFileName)
+	_ = os.Remove(readyFile)
+	defer os.Remove(readyFile)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
