@@ -86,16 +86,23 @@ pub struct ReadyInfo {
 pub(crate) struct ControlPlane {
     name: String,
     dir: PathBuf,
+    apiserver_args: Vec<String>,
     process: Option<LabProcess>,
     ready: Option<ReadyInfo>,
 }
 
 impl ControlPlane {
     /// Starts the process; [`ControlPlane::wait_ready`] waits for it.
-    pub(crate) fn spawn(programs: &GoPrograms, name: &str, dir: &Path) -> Result<Self, LabError> {
+    pub(crate) fn spawn(
+        programs: &GoPrograms,
+        name: &str,
+        dir: &Path,
+        apiserver_args: &[String],
+    ) -> Result<Self, LabError> {
         let mut plane = Self {
             name: name.to_string(),
             dir: dir.to_path_buf(),
+            apiserver_args: apiserver_args.to_vec(),
             process: None,
             ready: None,
         };
@@ -119,6 +126,9 @@ impl ControlPlane {
             .arg(&self.dir)
             .arg("--name")
             .arg(&self.name);
+        if !self.apiserver_args.is_empty() {
+            command.arg("--").args(&self.apiserver_args);
+        }
         let process =
             LabProcess::spawn(format!("control plane {}", self.name), command, &self.log())?;
         self.process = Some(process);

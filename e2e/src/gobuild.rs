@@ -88,6 +88,8 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
     out_dir.push("/");
     let output = Command::new(go_command())
         .current_dir(module_dir())
+        // The module stands alone: a go.work somewhere above must not change its build.
+        .env("GOWORK", "off")
         .args(["build", "-ldflags", &ldflags, "-o"])
         .arg(&out_dir)
         .arg("./cmd/...")

@@ -47,6 +47,9 @@ pub struct LabOptions {
     pub crds_dir: PathBuf,
     /// The Prometheus server binary.
     pub prometheus_binary: PathBuf,
+    /// Extra kube-apiserver flags for every control plane (they come last and so win
+    /// over the lab's own).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for LabOptions {
@@ -57,6 +60,7 @@ impl Default for LabOptions {
             keep_dir: false,
             crds_dir: repository_root().join("crds"),
             prometheus_binary: PathBuf::from(DEFAULT_PROMETHEUS_BINARY),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -130,7 +134,7 @@ impl Lab {
             .map_err(|e| LabError::http("build the HTTP client", e))?;
 
         // Everything starts at once; the waits below overlap with each other's start.
-        let hub = ControlPlane::spawn(&programs, HUB, &root.join(HUB))?;
+        let hub = ControlPlane::spawn(&programs, HUB, &root.join(HUB), &options.apiserver_args)?;
         let mut lab = Lab {
             root: root.clone(),
             keep_dir: options.keep_dir,
@@ -144,7 +148,12 @@ impl Lab {
         };
         for index in 0..options.regions {
             let name = region_name(index);
-            let plane = ControlPlane::spawn(&lab.programs, &name, &root.join(&name))?;
+            let plane = ControlPlane::spawn(
+                &lab.programs,
+                &name,
+                &root.join(&name),
+                &options.apiserver_args,
+            )?;
             let workload = Workload::spawn(&lab.programs, &name, &root.join("workloads"))?;
             lab.regions.push(RegionSlot {
                 name,
