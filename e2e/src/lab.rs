@@ -162,7 +162,12 @@ impl Lab {
                 workload,
             });
         }
-        lab.bring_up(&options).await?;
+        if let Err(e) = lab.bring_up(&options).await {
+            // The logs explain a failed start better than any message: keep them.
+            lab.keep_dir = true;
+            tracing::error!(dir = %lab.root.display(), error = %e, "the lab did not start; its logs are kept");
+            return Err(e);
+        }
         Ok(lab)
     }
 
@@ -495,6 +500,14 @@ impl Drop for Lab {
         }
         // Workloads were asked above; dropping their slots reaps them.
         self.regions.clear();
+        if std::thread::panicking() {
+            // A failing test: its clusters' logs are the evidence.
+            eprintln!(
+                "lab stopped during a panic; logs kept in {}",
+                self.root.display()
+            );
+            return;
+        }
         if !self.keep_dir
             && let Err(e) = std::fs::remove_dir_all(&self.root)
         {
