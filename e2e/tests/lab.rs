@@ -345,6 +345,42 @@ async fn prometheus_sees_each_region_error_rate_and_its_change(lab: &Lab) {
     );
 }
 
+/// Gates must see Prometheus disappear (issue: gates fail closed); the lab stops and
+/// restarts it on the same port with its data.
+async fn prometheus_stops_and_starts_again_with_its_data(lab: &mut Lab) {
+    let before_stop = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64();
+    lab.stop_prometheus();
+    let refused = tokio::time::timeout(CALL, lab.query_prometheus("up")).await;
+    assert!(
+        matches!(refused, Ok(Err(_))),
+        "a stopped Prometheus must not answer: {refused:?}"
+    );
+    lab.start_prometheus()
+        .await
+        .expect("Prometheus starts again");
+    // Evaluated at a time before the stop, so only data stored before it can answer.
+    let older = within(
+        "query data from before the restart",
+        lab.query_prometheus(&format!(
+            "configrollout_lab_requests_total @ {before_stop:.3}"
+        )),
+    )
+    .await;
+    assert_eq!(
+        older.len(),
+        3,
+        "one series per region survives the restart: {older:?}"
+    );
+    let all: BTreeSet<String> = lab.regions().into_iter().collect();
+    poll_error_ratio(lab, "scraping again after the restart", |values| {
+        values.keys().cloned().collect::<BTreeSet<_>>() == all
+    })
+    .await;
+}
+
 #[test]
 fn the_lab_runs_real_clusters_and_prometheus_and_leaves_nothing_behind() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -367,6 +403,7 @@ fn the_lab_runs_real_clusters_and_prometheus_and_leaves_nothing_behind() {
         the_viewer_reads_but_may_not_write(&lab).await;
         a_restarted_region_keeps_its_configmaps(&mut lab).await;
         prometheus_sees_each_region_error_rate_and_its_change(&lab).await;
+        prometheus_stops_and_starts_again_with_its_data(&mut lab).await;
 
         let pids = lab.pids();
         assert_eq!(
