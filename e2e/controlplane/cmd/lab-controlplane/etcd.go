@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 )
 
 // runningEtcd is the embedded etcd member that stores this control plane's objects.
@@ -20,6 +21,10 @@ type runningEtcd struct {
 func startEtcd(dir string, s *state) (*runningEtcd, error) {
 	clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", s.EtcdClientPort)}
 	peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", s.EtcdPeerPort)}
+
+	// Each WAL segment is preallocated; a lab writes little, and 64 MB per cluster (the
+	// default) only fills disks and CI temp directories.
+	wal.SegmentSizeBytes = 8 * 1000 * 1000
 
 	cfg := embed.NewConfig()
 	cfg.Name = "lab"
