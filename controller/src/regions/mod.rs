@@ -3,6 +3,7 @@
 
 pub mod clients;
 pub mod materialize;
+pub mod publication;
 pub mod store;
 
 use std::time::Duration;
