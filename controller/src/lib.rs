@@ -6,4 +6,5 @@
 
 pub mod api;
 pub mod crdt;
+pub mod reconcile;
 pub mod regions;
