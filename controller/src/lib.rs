@@ -6,3 +6,5 @@
 
 pub mod api;
 pub mod crdt;
+pub mod engine;
+pub mod gates;

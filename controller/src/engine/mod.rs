@@ -1,0 +1,1 @@
+//! The rollout state machine: pure, no IO, deterministic clock.
