@@ -12,5 +12,5 @@ pub mod verdict;
 
 pub use condition::{Comparison, Condition, ConditionError};
 pub use provider::{GateProvider, SampleFuture};
-pub use template::{TemplateError, TemplateValues, check_template, render};
+pub use template::{TemplateError, TemplateValues, check_template, render, uses_placeholder};
 pub use verdict::{Evaluation, InconclusiveReason, Labels, QueryResult, Verdict, evaluate};

@@ -15,6 +15,7 @@ pub type SampleFuture<'a> = Pin<Box<dyn Future<Output = QueryResult> + Send + 'a
 /// reported as [`QueryResult::Error`], which the verdict turns into Inconclusive, so a
 /// broken backend can only ever hold a gate closed.
 pub trait GateProvider: Send + Sync {
-    /// Samples `query` for `region` (whose backend may differ from the default).
-    fn sample<'a>(&'a self, region: &'a str, query: &'a str) -> SampleFuture<'a>;
+    /// Samples `query` against `region`'s backend (which may differ from the default),
+    /// or the default backend for a stage-wide gate (`region` is `None`).
+    fn sample<'a>(&'a self, region: Option<&'a str>, query: &'a str) -> SampleFuture<'a>;
 }

@@ -47,6 +47,19 @@ pub fn check_template(query: &str) -> Result<(), TemplateError> {
     substitute(query, |_| String::new()).map(|_| ())
 }
 
+/// Whether `query` uses the placeholder `name` (a gate that uses `{{region}}` is
+/// evaluated per region; one that does not, once for the whole stage).
+pub fn uses_placeholder(query: &str, name: &str) -> bool {
+    let found = std::cell::Cell::new(false);
+    let _ = substitute(query, |placeholder| {
+        if placeholder == name {
+            found.set(true);
+        }
+        String::new()
+    });
+    found.get()
+}
+
 /// Renders `query` with `values`, each escaped for a PromQL string literal.
 pub fn render(query: &str, values: &TemplateValues<'_>) -> Result<String, TemplateError> {
     substitute(query, |name| {
@@ -152,6 +165,12 @@ mod tests {
             Err(TemplateError::Unclosed { position: 6 })
         );
         assert_eq!(check_template("sum(up)"), Ok(()));
+    }
+
+    #[test]
+    fn detects_which_placeholders_a_query_uses() {
+        assert!(uses_placeholder("up{r=\"{{ region }}\"}", "region"));
+        assert!(!uses_placeholder("up{s=\"{{stage}}\"}", "region"));
     }
 
     proptest! {
