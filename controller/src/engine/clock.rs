@@ -10,12 +10,13 @@ use crate::api::parse_duration;
 /// `DateTime<Utc>` as an API `Time`. Out-of-range instants (beyond year 9999) cannot be
 /// produced by a real clock; they clamp to the jiff range.
 pub fn to_time(at: DateTime<Utc>) -> Time {
-    let timestamp = Timestamp::new(at.timestamp(), at.timestamp_subsec_nanos() as i32)
-        .unwrap_or(if at.timestamp() < 0 {
+    let timestamp = Timestamp::new(at.timestamp(), at.timestamp_subsec_nanos() as i32).unwrap_or(
+        if at.timestamp() < 0 {
             Timestamp::MIN
         } else {
             Timestamp::MAX
-        });
+        },
+    );
     Time(timestamp)
 }
 

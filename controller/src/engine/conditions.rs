@@ -104,7 +104,13 @@ pub(super) fn refresh(step: &mut Step<'_>) {
     step.status.progress = Some(progress.clone());
     let phase_name = format!("{phase:?}");
 
-    set(step, conditions::INVALID_SPEC, false, "Valid", String::new());
+    set(
+        step,
+        conditions::INVALID_SPEC,
+        false,
+        "Valid",
+        String::new(),
+    );
 
     let (progressing, reason, message) = match phase {
         RolloutPhase::Pending => (true, "Pending", "waiting for desired data".to_owned()),
@@ -139,13 +145,22 @@ pub(super) fn refresh(step: &mut Step<'_>) {
     if awaiting {
         set(step, conditions::AWAITING_APPROVAL, true, reason, message);
     } else {
-        set(step, conditions::AWAITING_APPROVAL, false, &phase_name, String::new());
+        set(
+            step,
+            conditions::AWAITING_APPROVAL,
+            false,
+            &phase_name,
+            String::new(),
+        );
     }
 
     let paused = step.spec.paused;
     if paused != was_true(step, conditions::PAUSED) {
         let (reason, message) = if paused {
-            ("Paused", format!("rollout of {revision} paused by spec.paused"))
+            (
+                "Paused",
+                format!("rollout of {revision} paused by spec.paused"),
+            )
         } else {
             ("Resumed", format!("rollout of {revision} resumed"))
         };
@@ -183,7 +198,11 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         step,
         conditions::ROLLED_BACK,
         rolled_back,
-        if rolled_back { "RolledBack" } else { phase_name.as_str() },
+        if rolled_back {
+            "RolledBack"
+        } else {
+            phase_name.as_str()
+        },
         if rolled_back {
             format!("{revision} was reverted in every region it reached")
         } else {
@@ -196,7 +215,11 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         step,
         conditions::COMPLETE,
         complete,
-        if complete { "AllStagesPassed" } else { phase_name.as_str() },
+        if complete {
+            "AllStagesPassed"
+        } else {
+            phase_name.as_str()
+        },
         if complete {
             format!("{revision} passed every stage")
         } else {

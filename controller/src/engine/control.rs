@@ -30,7 +30,10 @@ pub(super) fn apply(step: &mut Step<'_>) {
         .map(|record| from_time(&record.declared_at));
     let fresh = |at: Option<DateTime<Utc>>| at.filter(|at| declared_at.is_none_or(|d| *at >= d));
     let control = &step.obs.control;
-    let command = match (fresh(control.abort_requested_at), fresh(control.retry_requested_at)) {
+    let command = match (
+        fresh(control.abort_requested_at),
+        fresh(control.retry_requested_at),
+    ) {
         (Some(abort), Some(retry)) if retry > abort => Command::Retry(retry),
         (Some(_), _) => Command::Abort,
         (None, Some(retry)) => Command::Retry(retry),
@@ -78,6 +81,7 @@ fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
         }
     }
     step.status.phase = Some(RolloutPhase::Progressing);
+    step.resumed_now = true;
     set_outcome(step, None);
     let message = format!(
         "rollout of {} resumed by an operator",

@@ -37,7 +37,11 @@ pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
             }
         }
     }
-    if let Some(pause) = contract.pause.as_ref().and_then(|p| spec_duration(&p.duration)) {
+    if let Some(pause) = contract
+        .pause
+        .as_ref()
+        .and_then(|p| spec_duration(&p.duration))
+    {
         let ends = expand_finished_at(step) + pause;
         if step.now < ends {
             step.status.current_stage = Some(CONTRACT_STAGE.to_owned());

@@ -147,7 +147,11 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
         return StageGates::Running;
     };
     let stage_name = step.spec.stages[index].name.clone();
-    let Some(verified_at) = step.status.stages[index].verified_at.as_ref().map(from_time) else {
+    let Some(verified_at) = step.status.stages[index]
+        .verified_at
+        .as_ref()
+        .map(from_time)
+    else {
         return StageGates::Running;
     };
     let mut failure = None;
@@ -235,7 +239,9 @@ fn record_samples(
             }
             Verdict::Inconclusive => {
                 window.inconclusives += 1;
-                let reason = evaluation.reason.map_or("inconclusive", |reason| reason.as_str());
+                let reason = evaluation
+                    .reason
+                    .map_or("inconclusive", |reason| reason.as_str());
                 (SampleVerdict::Inconclusive, Some(reason.to_owned()))
             }
         };

@@ -81,6 +81,8 @@ pub(crate) struct Step<'a> {
     wake_at: Option<DateTime<Utc>>,
     /// Set when this step stops the rollout: (reason, message) for the Halted condition.
     halt: Option<(String, String)>,
+    /// Set when this step resumes the rollout (unpaused or retried): deadlines restart.
+    resumed_now: bool,
 }
 
 impl<'a> Step<'a> {
@@ -102,6 +104,7 @@ impl<'a> Step<'a> {
             actions: Vec::new(),
             wake_at: None,
             halt: None,
+            resumed_now: false,
         }
     }
 
@@ -130,8 +133,12 @@ impl<'a> Step<'a> {
                     failure::continue_rollback(self);
                 }
             }
+            Some(RolloutPhase::Complete) if self.spec.paused => {}
             _ if self.spec.paused => self.status.phase = Some(RolloutPhase::Paused),
             _ => {
+                if self.status.phase == Some(RolloutPhase::Paused) {
+                    self.resumed_now = true;
+                }
                 self.status.phase = Some(RolloutPhase::Progressing);
                 stages::advance(self);
             }

@@ -5,9 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::api::{
-    ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, RevisionStep,
-};
+use crate::api::{ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, RevisionStep};
 
 use super::clock::to_time;
 use super::observations::RegionObservation;
@@ -53,19 +51,22 @@ pub(super) fn sync(step: &mut Step<'_>) {
         .iter()
         .map(|region| (region.name.as_str(), region))
         .collect();
-    let mut previous: HashMap<String, RegionRolloutStatus> = std::mem::take(&mut step.status.regions)
-        .into_iter()
-        .map(|region| (region.name.clone(), region))
-        .collect();
+    let mut previous: HashMap<String, RegionRolloutStatus> =
+        std::mem::take(&mut step.status.regions)
+            .into_iter()
+            .map(|region| (region.name.clone(), region))
+            .collect();
     let now = to_time(step.now);
     let mut regions = Vec::with_capacity(step.plan.region_count());
     let mut restart_in = Vec::new();
 
     for (stage_index, name) in step.plan.all_regions() {
-        let mut region = previous.remove(name).unwrap_or_else(|| RegionRolloutStatus {
-            name: name.to_owned(),
-            ..RegionRolloutStatus::default()
-        });
+        let mut region = previous
+            .remove(name)
+            .unwrap_or_else(|| RegionRolloutStatus {
+                name: name.to_owned(),
+                ..RegionRolloutStatus::default()
+            });
         region.stage = Some(step.spec.stages[stage_index].name.clone());
         let Some(seen) = observed.get(name) else {
             region.reachable = Some(false);

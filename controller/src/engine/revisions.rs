@@ -2,9 +2,7 @@
 //! was in flight and starts again at the first stage. History is bounded by
 //! `spec.revisionHistoryLimit`, oldest dropped first; the current revision is always kept.
 
-use crate::api::{
-    ExpandContract, RevisionRecord, RevisionStep, RolloutPhase, StageStatus,
-};
+use crate::api::{ExpandContract, RevisionRecord, RevisionStep, RolloutPhase, StageStatus};
 
 use super::clock::to_time;
 use super::{Action, EventType, Step};
@@ -69,13 +67,12 @@ pub(super) fn ensure_current(step: &mut Step<'_>) {
     let excess = step.status.history.len().saturating_sub(limit);
     step.status.history.drain(..excess);
 
-    let pass = if desired.keys_removed > 0
-        && step.spec.strategy.expand_contract == ExpandContract::Auto
-    {
-        RevisionStep::Expand
-    } else {
-        RevisionStep::Single
-    };
+    let pass =
+        if desired.keys_removed > 0 && step.spec.strategy.expand_contract == ExpandContract::Auto {
+            RevisionStep::Expand
+        } else {
+            RevisionStep::Single
+        };
     step.status.revision = Some(name.clone());
     step.status.step = Some(pass);
     step.status.current_stage = None;

@@ -23,9 +23,10 @@ pub struct StagePlan {
 impl StagePlan {
     /// Every selected region, stage by stage.
     pub fn all_regions(&self) -> impl Iterator<Item = (usize, &str)> + '_ {
-        self.stages.iter().enumerate().flat_map(|(index, regions)| {
-            regions.iter().map(move |region| (index, region.as_str()))
-        })
+        self.stages
+            .iter()
+            .enumerate()
+            .flat_map(|(index, regions)| regions.iter().map(move |region| (index, region.as_str())))
     }
 
     /// Total number of selected regions.
@@ -149,8 +150,16 @@ mod tests {
                 match_labels: None,
                 match_expressions: Some(vec![requirement.clone()]),
             };
-            assert_eq!(selector_matches(&selector, &eu), eu_expected, "{requirement:?}");
-            assert_eq!(selector_matches(&selector, &us), us_expected, "{requirement:?}");
+            assert_eq!(
+                selector_matches(&selector, &eu),
+                eu_expected,
+                "{requirement:?}"
+            );
+            assert_eq!(
+                selector_matches(&selector, &us),
+                us_expected,
+                "{requirement:?}"
+            );
         }
         assert!(selector_matches(&LabelSelector::default(), &us));
     }

@@ -170,7 +170,11 @@ fn pass(step: &mut Step<'_>, index: usize) {
 /// was verified if it has no gates.
 fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
     let stage = &step.status.stages[index];
-    let verified_at = stage.verified_at.as_ref().map(from_time).unwrap_or(step.now);
+    let verified_at = stage
+        .verified_at
+        .as_ref()
+        .map(from_time)
+        .unwrap_or(step.now);
     let gates_passed_at = stage
         .gates
         .iter()
@@ -190,7 +194,13 @@ fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
 /// When the stage's deadline clock started: its start, or the last resume from a pause
 /// or retry after a halt, whichever is later (a paused or halted rollout is not late).
 fn deadline_clock_start(step: &Step<'_>, index: usize) -> Option<DateTime<Utc>> {
-    let started = step.status.stages[index].started_at.as_ref().map(from_time)?;
+    let started = step.status.stages[index]
+        .started_at
+        .as_ref()
+        .map(from_time)?;
+    if step.resumed_now {
+        return Some(step.now.max(started));
+    }
     let resumed = step
         .status
         .conditions
