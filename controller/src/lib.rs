@@ -6,5 +6,7 @@
 
 pub mod api;
 pub mod crdt;
+pub mod engine;
+pub mod gates;
 pub mod reconcile;
 pub mod regions;
