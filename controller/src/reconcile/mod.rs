@@ -3,6 +3,7 @@
 
 pub mod act;
 pub mod observe;
+pub mod region_status;
 pub mod revision_store;
 pub mod status_writer;
 
