@@ -10,3 +10,5 @@ pub mod engine;
 pub mod gates;
 pub mod reconcile;
 pub mod regions;
+pub mod shutdown;
+pub mod telemetry;

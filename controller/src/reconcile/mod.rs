@@ -2,6 +2,7 @@
 //! controller's own cluster (the hub) is here; region calls are in [`crate::regions`].
 
 pub mod act;
+pub mod leader;
 pub mod observe;
 pub mod region_status;
 pub mod revision_store;
