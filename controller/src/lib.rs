@@ -5,6 +5,7 @@
 //! `reconcile` hold every API call.
 
 pub mod api;
+pub mod app;
 pub mod crdt;
 pub mod engine;
 pub mod gates;

@@ -22,6 +22,7 @@ use crate::crdt::{DigestKey, Hlc, Stamp, WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Observations};
 use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
+use crate::telemetry::metrics::{Metrics, WriteResult};
 use act::ActInput;
 use revision_store::RevisionStore;
 
@@ -121,6 +122,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Whether this replica holds the Lease now.
     pub leading: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The process's metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Context {
@@ -243,7 +246,24 @@ pub async fn reconcile(
         &decision.actions,
     )
     .await?;
-    status_writer::write_status(&ctx.hub, &rollout, &decision.status, (ctx.leading)()).await?;
+    ctx.metrics
+        .region_writes_total
+        .add(WriteResult::Ok, u64::from(report.region_writes));
+    ctx.metrics
+        .region_writes_total
+        .add(WriteResult::Error, u64::from(report.region_failures));
+    let patch_started = std::time::Instant::now();
+    let written =
+        status_writer::write_status(&ctx.hub, &rollout, &decision.status, (ctx.leading)()).await;
+    ctx.metrics
+        .status_patch_duration_seconds
+        .observe_duration(patch_started.elapsed());
+    ctx.metrics.status_patches_total.inc(match &written {
+        Ok(_) => WriteResult::Ok,
+        Err(ReconcileError::Api { code: 409, .. }) => WriteResult::Conflict,
+        Err(_) => WriteResult::Error,
+    });
+    written?;
     let keep: std::collections::BTreeSet<&str> = decision
         .status
         .history
