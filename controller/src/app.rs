@@ -162,6 +162,36 @@ fn parse_bool(flag: &str, value: &str) -> Result<bool, AppError> {
     }
 }
 
+/// The whole program: options from the command line, a runtime, [`run`]; exit code 2 for
+/// bad usage, 1 for a failure.
+pub fn main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let options = match Options::parse(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(options: Options) -> Result<(), AppError> {
     logging::init(options.log_format, &options.log_filter)

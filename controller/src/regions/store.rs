@@ -226,24 +226,32 @@ async fn write_plan(
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),
     };
-    let target_object = match &current.target {
-        Some(existing) => existing.clone(),
+    let annotate = |object: &mut ConfigMap| {
+        let annotations = object.annotations_mut();
+        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
+        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
+        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+    };
+    // A new target is created whole, so that a first publish writes it once; the
+    // companion follows, owned by it (see `plan` for an interrupted creation).
+    let (target_object, created) = match &current.target {
+        Some(existing) => (existing.clone(), false),
         None => {
-            let fresh = ConfigMap {
+            let mut fresh = ConfigMap {
                 metadata: ObjectMeta {
                     name: Some(target.name.to_owned()),
                     namespace: Some(target.namespace.to_owned()),
-                    annotations: Some(BTreeMap::from([(
-                        ROLLOUT_ANNOTATION.to_owned(),
-                        target.rollout.to_owned(),
-                    )])),
                     ..ObjectMeta::default()
                 },
                 data: Some(plan.target_data.clone()),
                 ..ConfigMap::default()
             };
+            annotate(&mut fresh);
             *writes += 1;
-            call("create target", api.create(&params, &fresh)).await?
+            (
+                call("create target", api.create(&params, &fresh)).await?,
+                true,
+            )
         }
     };
 
@@ -276,20 +284,17 @@ async fn write_plan(
         }
     }
 
-    let needs_target_write = plan.target_changed
-        || current.target.is_none()
-        || target_object
-            .annotations()
-            .get(REVISION_ANNOTATION)
-            .map(String::as_str)
-            != Some(target.revision);
+    let needs_target_write = !created
+        && (plan.target_changed
+            || target_object
+                .annotations()
+                .get(REVISION_ANNOTATION)
+                .map(String::as_str)
+                != Some(target.revision));
     if needs_target_write {
         let mut updated = target_object;
         updated.data = Some(plan.target_data.clone());
-        let annotations = updated.annotations_mut();
-        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
-        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
-        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+        annotate(&mut updated);
         *writes += 1;
         call("write target", api.replace(target.name, &params, &updated)).await?;
     }
