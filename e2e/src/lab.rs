@@ -427,6 +427,19 @@ impl Lab {
         manifests::apply_path(&self.client(cluster, user)?, path).await
     }
 
+    /// Starts `program` beside the lab (wrapped so that it dies with the lab), its output
+    /// in `<lab>/<what>.log`.
+    pub fn spawn(
+        &self,
+        what: &str,
+        program: &Path,
+        args: &[std::ffi::OsString],
+        envs: &[(String, std::ffi::OsString)],
+    ) -> Result<crate::LabChild, LabError> {
+        let log = self.root.join(format!("{what}.log"));
+        crate::LabChild::spawn(&self.programs, what, program, args, envs, &log)
+    }
+
     /// Pids of every process the lab runs now.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.hub.pid().into_iter().collect();

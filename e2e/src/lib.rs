@@ -9,6 +9,7 @@
 //! kubeconfig Secret and a `Region` object per region. Regions can be stopped and
 //! started again with their data. Dropping the lab stops every process it started.
 
+mod child;
 mod controlplane;
 mod error;
 pub mod gobuild;
@@ -18,6 +19,7 @@ mod process;
 pub mod prometheus;
 mod workload;
 
+pub use child::LabChild;
 pub use controlplane::{ReadyInfo, User};
 pub use error::LabError;
 pub use lab::{
