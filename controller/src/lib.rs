@@ -5,7 +5,10 @@
 //! `reconcile` hold every API call.
 
 pub mod api;
+pub mod app;
 pub mod crdt;
+pub mod engine;
+pub mod gates;
 pub mod reconcile;
 pub mod regions;
 pub mod shutdown;
