@@ -6,3 +6,4 @@
 
 pub mod api;
 pub mod crdt;
+pub mod regions;

@@ -1,0 +1,34 @@
+//! Condition types set in `status.conditions`, so `kubectl wait --for=condition=X` and
+//! every part of the controller spell them the same way.
+
+/// ConfigRollout: a revision is being rolled out.
+pub const PROGRESSING: &str = "Progressing";
+/// ConfigRollout: a stage or the contract step waits for a StageApproval.
+pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
+/// ConfigRollout: `spec.paused` holds the rollout.
+pub const PAUSED: &str = "Paused";
+/// ConfigRollout: a failure stopped the rollout.
+pub const HALTED: &str = "Halted";
+/// ConfigRollout: the revision was rolled back everywhere it had reached.
+pub const ROLLED_BACK: &str = "RolledBack";
+/// ConfigRollout: every stage of the current revision passed.
+pub const COMPLETE: &str = "Complete";
+/// ConfigRollout: some region's target was edited out of band.
+pub const DRIFTED: &str = "Drifted";
+/// ConfigRollout: the spec is invalid in a way the schema cannot check (PromQL, gate
+/// condition grammar); no region is touched.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Region: its API server answered the last contact.
+pub const REACHABLE: &str = "Reachable";
+
+/// Every ConfigRollout condition type.
+pub const ROLLOUT_CONDITION_TYPES: [&str; 8] = [
+    PROGRESSING,
+    AWAITING_APPROVAL,
+    PAUSED,
+    HALTED,
+    ROLLED_BACK,
+    COMPLETE,
+    DRIFTED,
+    INVALID_SPEC,
+];

@@ -1,0 +1,128 @@
+//! `Region`: one target cluster.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+
+use super::schema::{self, Rule};
+
+/// Longest Prometheus URL accepted.
+pub const MAX_URL_LENGTH: u64 = 2048;
+
+/// A cluster that rollouts can target. Its labels are what stage selectors match.
+// Several print columns share `type_ = "string"`, which clippy mistakes for a repeated
+// attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "configrollout.dev",
+    version = "v1alpha1",
+    kind = "Region",
+    plural = "regions",
+    status = "RegionStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "cregion",
+    category = "configrollout",
+    doc = "A regional Kubernetes cluster that ConfigRollouts publish to.",
+    printcolumn(
+        name = "Reachable",
+        type_ = "boolean",
+        json_path = ".status.reachable",
+        description = "Whether the API server answered last time"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.serverVersion",
+        description = "Kubernetes version of the region"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionSpec {
+    /// Secret holding a kubeconfig for the region. Absent: the cluster the controller
+    /// runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretKeyRef>,
+    /// Prometheus serving this region's metrics. Absent: the controller's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusEndpoint>,
+}
+
+/// A key of a Secret in the controller's cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Namespace of the Secret.
+    #[schemars(transform = schema::dns_label("spec.kubeconfigSecretRef.namespace"))]
+    pub namespace: String,
+    /// Name of the Secret.
+    #[schemars(transform = schema::dns_subdomain("spec.kubeconfigSecretRef.name"))]
+    pub name: String,
+    /// Key in the Secret's data.
+    #[schemars(length(min = 1), transform = secret_key_rules)]
+    pub key: String,
+}
+
+fn secret_key_rules(schema: &mut Schema) {
+    schema::set(schema, "maxLength", schema::CONFIG_MAP_KEY_MAX_LENGTH);
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            format!(
+                "self.matches({})",
+                schema::cel_str(schema::CONFIG_MAP_KEY_PATTERN)
+            ),
+            "spec.kubeconfigSecretRef.key must be a valid Secret key \
+             (letters, digits, '-', '_' and '.')",
+        )],
+    );
+}
+
+/// Where to query Prometheus.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusEndpoint {
+    /// Base URL, e.g. `http://prometheus.monitoring:9090`.
+    #[schemars(transform = url_rules)]
+    pub url: String,
+}
+
+fn url_rules(schema: &mut Schema) {
+    schema::set(schema, "maxLength", MAX_URL_LENGTH);
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != ''",
+            "spec.prometheus.url must be an absolute http or https URL",
+        )],
+    );
+}
+
+/// What the controller last saw of the region.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionStatus {
+    /// Whether its API server answered the last contact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
+    /// Kubernetes version reported by its API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    /// Last error contacting it (no secrets, no configuration values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When its API server last answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_contact_time: Option<Time>,
+    /// Standard conditions (`Reachable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::conditions_list)]
+    pub conditions: Vec<Condition>,
+}

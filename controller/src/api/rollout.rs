@@ -1,0 +1,726 @@
+//! `ConfigRollout`: one managed configuration object rolled out across regions in stages.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+
+use super::schema::{self, Rule};
+
+/// Most stages a rollout may declare; bounds the cost of the uniqueness rules.
+pub const MAX_STAGES: u64 = 20;
+/// Most gates a rollout may declare (and a stage may reference).
+pub const MAX_GATES: u64 = 20;
+/// Most consumers a rollout may declare.
+pub const MAX_CONSUMERS: u64 = 20;
+/// Most regions a stage may name.
+pub const MAX_STAGE_REGIONS: u64 = 100;
+/// Most keys `spec.data` may hold.
+pub const MAX_DATA_KEYS: u64 = 1000;
+/// Longest PromQL query a gate or consumer may carry.
+pub const MAX_QUERY_LENGTH: u64 = 4096;
+/// Longest gate condition.
+pub const MAX_CONDITION_LENGTH: u64 = 1024;
+
+/// The desired state of a configuration object across regions, and how to roll it out.
+// Several print columns share `type_ = "string"`, which clippy mistakes for a repeated
+// attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "configrollout.dev",
+    version = "v1alpha1",
+    kind = "ConfigRollout",
+    plural = "configrollouts",
+    namespaced,
+    status = "ConfigRolloutStatus",
+    derive = "PartialEq",
+    shortname = "crollout",
+    category = "configrollout",
+    doc = "A ConfigMap rolled out across regional clusters stage by stage, with gates, approvals and rollback.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the rollout is"
+    ),
+    printcolumn(
+        name = "Stage",
+        type_ = "string",
+        json_path = ".status.currentStage",
+        description = "The stage now running"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "string",
+        json_path = ".status.revision",
+        description = "The revision being rolled out"
+    ),
+    printcolumn(
+        name = "Regions",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Regions done / regions selected"
+    ),
+    printcolumn(
+        name = "Step",
+        type_ = "string",
+        json_path = ".status.step",
+        priority = 1,
+        description = "Expand, Contract or Single pass"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
+pub struct ConfigRolloutSpec {
+    /// The ConfigMap materialised in every selected region.
+    pub target: TargetRef,
+    /// The desired key/values. Changing them declares a new revision. Exactly one of
+    /// `data` and `fromConfigMap` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = data_rules)]
+    pub data: Option<BTreeMap<String, String>>,
+    /// A ConfigMap in this rollout's namespace whose data is the desired key/values.
+    /// Exactly one of `data` and `fromConfigMap` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_config_map: Option<LocalObjectName>,
+    /// The stages, run in order. Stage names are unique.
+    #[schemars(length(min = 1), transform = schema::max_items(MAX_STAGES))]
+    pub stages: Vec<Stage>,
+    /// Metric gates that stages reference by name. Gate names are unique.
+    #[serde(default)]
+    #[schemars(transform = schema::max_items(MAX_GATES))]
+    pub gates: Vec<Gate>,
+    /// Workloads in each region that read the target, restarted or reloaded on a new
+    /// revision and watched for activation.
+    #[serde(default)]
+    #[schemars(transform = schema::max_items(MAX_CONSUMERS))]
+    pub consumers: Vec<Consumer>,
+    /// How a revision that removes keys is rolled out.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// What to do when a gate fails, a deadline passes or a region stays unreachable:
+    /// `Halt` stops where it is; `Rollback` reverts the revision's own writes in every
+    /// region it reached, in reverse stage order.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// Stops the rollout from starting any new step while true; nothing is undone.
+    #[serde(default)]
+    pub paused: bool,
+    /// What to do when a region's target is edited out of band: `Report` (status and
+    /// the `Drifted` condition only), `Revert` (put the declared values back) or `Adopt`
+    /// (keep the edit as a regional override).
+    #[serde(default)]
+    pub drift_policy: DriftPolicy,
+    /// How many revisions `status.history` keeps (1 to 100).
+    #[serde(default = "default_revision_history_limit")]
+    #[schemars(range(min = 1, max = 100))]
+    pub revision_history_limit: i32,
+}
+
+fn default_revision_history_limit() -> i32 {
+    10
+}
+
+fn spec_rules(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[
+            Rule::new(
+                "has(self.data) != has(self.fromConfigMap)",
+                "set exactly one of spec.data or spec.fromConfigMap",
+            )
+            .reason("FieldValueRequired"),
+            Rule::new(
+                "self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
+                "spec.stages: stage names must be unique",
+            )
+            .at(".stages"),
+            Rule::new(
+                format!(
+                    "self.stages.all(s, s.name != {})",
+                    schema::cel_str(super::CONTRACT_STAGE)
+                ),
+                format!(
+                    "spec.stages[].name: {:?} is reserved for approving the contract step",
+                    super::CONTRACT_STAGE
+                ),
+            )
+            .at(".stages"),
+            Rule::new(
+                "!has(self.gates) || self.gates.all(g, self.gates.exists_one(h, h.name == g.name))",
+                "spec.gates: gate names must be unique",
+            )
+            .at(".gates"),
+            Rule::new(
+                "self.stages.all(s, !has(s.gates) || s.gates.all(n, \
+                 has(self.gates) && self.gates.exists(g, g.name == n)))",
+                "spec.stages[].gates: every gate a stage names must be declared in spec.gates",
+            )
+            .at(".stages"),
+        ],
+    );
+}
+
+fn data_rules(schema: &mut Schema) {
+    schema::set(schema, "maxProperties", MAX_DATA_KEYS);
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            format!(
+                "self.all(k, k.size() <= {} && k.matches({}))",
+                schema::CONFIG_MAP_KEY_MAX_LENGTH,
+                schema::cel_str(schema::CONFIG_MAP_KEY_PATTERN)
+            ),
+            "spec.data: keys must be valid ConfigMap keys \
+             (letters, digits, '-', '_' and '.', at most 253 characters)",
+        )],
+    );
+}
+
+/// The ConfigMap a rollout manages in each region.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// Namespace of the ConfigMap in every region.
+    #[schemars(transform = schema::dns_label("spec.target.namespace"))]
+    pub namespace: String,
+    /// Name of the ConfigMap in every region.
+    #[schemars(transform = schema::dns_subdomain("spec.target.name"))]
+    pub name: String,
+}
+
+/// A reference to an object in the same namespace as the referrer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalObjectName {
+    /// Name of the object.
+    #[schemars(transform = schema::dns_subdomain("spec.fromConfigMap.name"))]
+    pub name: String,
+}
+
+/// One step of the rollout: a set of regions updated together, then verified.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stage {
+    /// Name of the stage, unique in the rollout (a DNS-1123 label).
+    #[schemars(transform = schema::dns_label("spec.stages[].name"))]
+    pub name: String,
+    /// The regions of this stage: by name or by label selector on Region objects.
+    pub regions: RegionSelector,
+    /// How many of the stage's regions are updated at once (at least 1).
+    #[serde(default = "default_one")]
+    #[schemars(range(min = 1))]
+    pub max_parallel: i32,
+    /// `Required` makes the stage wait for a matching StageApproval before it starts.
+    #[serde(default)]
+    pub approval: Approval,
+    /// Bake time after the stage has passed, before the next stage starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+    /// Names of gates (from `spec.gates`) that must pass for the stage to pass.
+    #[serde(default)]
+    #[schemars(transform = schema::string_set(MAX_GATES, schema::DNS1123_LABEL_MAX_LENGTH))]
+    pub gates: Vec<String>,
+    /// How long the stage may take, from start to passed, before `onFailure` applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::duration("spec.stages[].progressDeadline"))]
+    pub progress_deadline: Option<String>,
+}
+
+fn default_one() -> i32 {
+    1
+}
+
+/// Which regions a stage covers: exactly one of `names` (non-empty) or `selector`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = region_selector_rules)]
+pub struct RegionSelector {
+    /// Region names, each a Region object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::string_set(MAX_STAGE_REGIONS, schema::DNS1123_SUBDOMAIN_MAX_LENGTH))]
+    pub names: Vec<String>,
+    /// A label selector over Region objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+fn region_selector_rules(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "(has(self.names) && size(self.names) > 0) != has(self.selector)",
+            "spec.stages[].regions: set exactly one of names (non-empty) or selector",
+        )
+        .reason("FieldValueRequired")],
+    );
+}
+
+/// Whether a step waits for a human.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Approval {
+    /// Wait for a StageApproval naming this rollout, stage and revision.
+    Required,
+    /// Go ahead without approval.
+    #[default]
+    None,
+}
+
+/// A bake time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Pause {
+    /// How long to wait, e.g. `10m` or `1h30m`.
+    #[schemars(transform = schema::duration("pause.duration"))]
+    pub duration: String,
+}
+
+/// A metric gate: a PromQL query sampled on an interval and compared to a condition.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    /// Name of the gate, unique in the rollout, referenced by stages.
+    #[schemars(transform = schema::dns_label("spec.gates[].name"))]
+    pub name: String,
+    /// PromQL; `{{region}}`, `{{revision}}` and `{{stage}}` are replaced before querying.
+    #[schemars(length(min = 1), transform = schema::max_length(MAX_QUERY_LENGTH))]
+    pub query: String,
+    /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`.
+    #[schemars(length(min = 1), transform = schema::max_length(MAX_CONDITION_LENGTH))]
+    pub condition: String,
+    /// Time between samples.
+    #[serde(default = "default_interval")]
+    #[schemars(transform = schema::duration("spec.gates[].interval"))]
+    pub interval: String,
+    /// Successful samples needed for the gate to pass (at least 1).
+    #[serde(default = "default_one")]
+    #[schemars(range(min = 1))]
+    pub count: i32,
+    /// Wait before the first sample, so that the metric reflects the new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::duration("spec.gates[].initialDelay"))]
+    pub initial_delay: Option<String>,
+    /// Failed samples tolerated; one more fails the gate.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub failure_limit: i32,
+    /// Inconclusive samples (no data, NaN, Prometheus unreachable) tolerated; one more
+    /// fails the gate.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub inconclusive_limit: i32,
+}
+
+fn default_interval() -> String {
+    "1m".to_owned()
+}
+
+/// Workloads in a region that read the target ConfigMap.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = consumer_rules)]
+pub struct Consumer {
+    /// Kind of the workload.
+    pub kind: WorkloadKind,
+    /// Name of the workload, in the target's namespace. Exactly one of `name` and
+    /// `selector` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::dns_subdomain("spec.consumers[].name"))]
+    pub name: Option<String>,
+    /// Label selector over workloads of `kind` in the target's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// How a new revision reaches the workload: `Restart` (rolling restart) or `Reload`
+    /// (the workload rereads the mounted ConfigMap itself).
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// PromQL counting the workload's instances that report the revision (placeholders as
+    /// in gate queries); without it, delivered means activated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::max_length(MAX_QUERY_LENGTH))]
+    pub activation_query: Option<String>,
+}
+
+fn consumer_rules(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "has(self.name) != has(self.selector)",
+            "spec.consumers[]: set exactly one of name or selector",
+        )
+        .reason("FieldValueRequired")],
+    );
+}
+
+/// Kinds of workload a consumer can be.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum WorkloadKind {
+    /// apps/v1 Deployment.
+    Deployment,
+    /// apps/v1 StatefulSet.
+    StatefulSet,
+    /// apps/v1 DaemonSet.
+    DaemonSet,
+}
+
+/// How a revision reaches a consumer.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Delivery {
+    /// Rolling restart of the workload (pod template annotation).
+    #[default]
+    Restart,
+    /// The workload reloads the projected ConfigMap itself; nothing is restarted.
+    Reload,
+}
+
+/// How revisions are rolled out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    /// `Auto`: a revision that removes keys first publishes new and changed keys
+    /// everywhere (expand), and removes keys in a second pass (contract). `Disabled`:
+    /// one pass.
+    #[serde(default)]
+    pub expand_contract: ExpandContract,
+    /// What must happen between the expand and contract passes.
+    #[serde(default)]
+    pub contract: ContractStep,
+}
+
+/// Whether removals wait for a second pass.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ExpandContract {
+    /// Removals go in a second (contract) pass.
+    #[default]
+    Auto,
+    /// One pass, removals included.
+    Disabled,
+}
+
+/// The gate between the expand and contract passes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContractStep {
+    /// `Required` waits for a StageApproval whose stage is `contract`.
+    #[serde(default)]
+    pub approval: Approval,
+    /// Wait after every region has activated the expand pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+}
+
+/// What a failure does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnFailure {
+    /// Stop where it is; resume by retry, abort or a new revision.
+    #[default]
+    Halt,
+    /// Publish compensating deltas in every region that received the revision, in
+    /// reverse stage order.
+    Rollback,
+}
+
+/// What out-of-band edits of a region's target do.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DriftPolicy {
+    /// Report drifted keys in status and the `Drifted` condition; change nothing.
+    #[default]
+    Report,
+    /// Put the declared values back.
+    Revert,
+    /// Keep the edit as a regional override.
+    Adopt,
+}
+
+/// What the controller has observed and done. Every field may be absent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigRolloutStatus {
+    /// The `metadata.generation` this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Where the rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RolloutPhase>,
+    /// The revision being rolled out (or last rolled out), e.g. `r3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Which pass of expand-and-contract is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RevisionStep>,
+    /// The stage now running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<String>,
+    /// Regions done out of regions selected, e.g. `2/3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// One entry per stage, in spec order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+    /// One entry per selected region.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<RegionRolloutStatus>,
+    /// Declared revisions, newest last, at most `spec.revisionHistoryLimit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RevisionRecord>,
+    /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
+    /// Complete, Drifted, InvalidSpec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::conditions_list)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where a rollout is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutPhase {
+    /// Accepted, nothing published yet.
+    Pending,
+    /// A stage is running.
+    Progressing,
+    /// `spec.paused` holds the rollout.
+    Paused,
+    /// Waiting for a StageApproval.
+    AwaitingApproval,
+    /// Stopped by a failure; resumes by retry, abort or a new revision.
+    Halted,
+    /// Publishing compensating deltas.
+    RollingBack,
+    /// Compensating deltas published everywhere.
+    RolledBack,
+    /// Every stage passed.
+    Complete,
+}
+
+/// Which pass of a revision is running.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RevisionStep {
+    /// New and changed keys published, removed keys kept.
+    Expand,
+    /// Removed keys tombstoned.
+    Contract,
+    /// Everything in one pass (nothing removed, or expand-contract disabled).
+    Single,
+}
+
+/// Progress of one stage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// Stage name.
+    pub name: String,
+    /// Where the stage is.
+    #[serde(default)]
+    pub state: StageState,
+    /// When its first region was updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When all its regions were activated and gates started counting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<Time>,
+    /// When it passed (gates and bake time included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_at: Option<Time>,
+    /// The approval that let it start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
+    /// Gate verdicts and samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
+}
+
+/// Where a stage is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum StageState {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Waiting for a StageApproval.
+    AwaitingApproval,
+    /// Regions being updated.
+    Progressing,
+    /// Gates sampling.
+    Verifying,
+    /// Passed gates, in its bake time.
+    Baking,
+    /// Done.
+    Passed,
+    /// A gate failed or the deadline passed.
+    Failed,
+}
+
+/// The StageApproval a stage started on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// Name of the StageApproval object.
+    pub name: String,
+    /// Who approved (the admission policy makes this the requesting user).
+    pub approver: String,
+    /// Why, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the approval was created.
+    pub approved_at: Time,
+}
+
+/// A gate's progress, per region or for the stage as a whole.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    /// Gate name.
+    pub name: String,
+    /// Region the gate is evaluated for, when per region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Current verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<GateVerdict>,
+    /// Successful samples so far.
+    #[serde(default)]
+    pub successes: i32,
+    /// Failed samples so far.
+    #[serde(default)]
+    pub failures: i32,
+    /// Inconclusive samples so far.
+    #[serde(default)]
+    pub inconclusives: i32,
+    /// Recent samples, oldest first (bounded by the controller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<GateSample>,
+}
+
+/// A gate's verdict.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GateVerdict {
+    /// Still sampling.
+    Running,
+    /// Enough successful samples.
+    Passed,
+    /// Too many failed or inconclusive samples.
+    Failed,
+}
+
+/// One sample of a gate.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateSample {
+    /// When the query ran.
+    pub at: Time,
+    /// The metric value, rendered (a metric, never configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// How the sample counted.
+    pub verdict: SampleVerdict,
+    /// Why, for failed and inconclusive samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// How one sample counted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SampleVerdict {
+    /// The condition held.
+    Successful,
+    /// The condition did not hold.
+    Failed,
+    /// No data, NaN, or Prometheus error or unreachable.
+    Inconclusive,
+}
+
+/// The revision's progress in one region: the evidence plane.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionRolloutStatus {
+    /// Region name.
+    pub name: String,
+    /// The stage that covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Whether its API server answered last time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
+    /// Replica merged and digest read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub materialized: Option<LifecycleMark>,
+    /// Consumers restarted and ready, or projected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<LifecycleMark>,
+    /// Consumers report the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated: Option<LifecycleMark>,
+    /// Consumer counts (never values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<ConsumerCounts>,
+    /// Keys whose live value differs from the replica (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_keys: Vec<String>,
+    /// Keys held by a regional override (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overridden_keys: Vec<String>,
+    /// Last error talking to the region (no configuration values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// A lifecycle step reached in a region.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleMark {
+    /// Revision name, e.g. `r3`.
+    pub revision: String,
+    /// Pass of the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RevisionStep>,
+    /// Keyed digest of the live state read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When the step was reached.
+    pub at: Time,
+}
+
+/// Consumer counts in a region.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerCounts {
+    /// Instances of the declared consumers.
+    #[serde(default)]
+    pub total: i32,
+    /// Instances running the revision.
+    #[serde(default)]
+    pub delivered: i32,
+    /// Instances reporting the revision.
+    #[serde(default)]
+    pub activated: i32,
+}
+
+/// A declared revision.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRecord {
+    /// Revision name, e.g. `r3`.
+    pub name: String,
+    /// Keyed digest of the declared state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When it was declared.
+    pub declared_at: Time,
+    /// Its hybrid logical clock stamp, rendered.
+    pub stamp: String,
+    /// Keys it sets or changes.
+    #[serde(default)]
+    pub keys_set: i32,
+    /// Keys it removes.
+    #[serde(default)]
+    pub keys_removed: i32,
+    /// How it ended: Complete, Superseded, Halted, RolledBack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}

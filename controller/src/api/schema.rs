@@ -1,0 +1,201 @@
+//! Schema pieces shared by the kinds: CEL rules, bounds and list semantics that schemars
+//! cannot express from the Rust types alone.
+//!
+//! Every string and list that a CEL rule walks has a `maxLength`/`maxItems` here, because
+//! the apiserver estimates each rule's worst-case cost from those bounds and refuses a CRD
+//! whose estimate is over budget.
+
+use schemars::Schema;
+use serde_json::{Value, json};
+
+use super::duration::{DURATION_MAX_LENGTH, DURATION_PATTERN};
+
+/// RFC 1123 label (namespace names, stage and gate names): lower-case alphanumerics and
+/// `-`, starting and ending with an alphanumeric, at most [`DNS1123_LABEL_MAX_LENGTH`].
+pub const DNS1123_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Maximum length of an RFC 1123 label.
+pub const DNS1123_LABEL_MAX_LENGTH: u64 = 63;
+/// RFC 1123 subdomain (ConfigMap and Region names): dot-separated labels, at most
+/// [`DNS1123_SUBDOMAIN_MAX_LENGTH`].
+pub const DNS1123_SUBDOMAIN_PATTERN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Maximum length of an RFC 1123 subdomain.
+pub const DNS1123_SUBDOMAIN_MAX_LENGTH: u64 = 253;
+/// A ConfigMap data key, as the apiserver accepts it for ConfigMaps.
+pub const CONFIG_MAP_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
+/// Maximum length of a ConfigMap data key.
+pub const CONFIG_MAP_KEY_MAX_LENGTH: u64 = 253;
+
+/// One `x-kubernetes-validations` entry.
+pub(crate) struct Rule<'a> {
+    pub rule: String,
+    pub message: String,
+    /// JSONPath relative to the schema node the rule sits on; the apiserver reports the
+    /// failure at this field rather than at the node.
+    pub field_path: Option<&'a str>,
+    /// `FieldValueInvalid` unless set: what `kubectl` shows as the cause type. Not
+    /// `FieldValueDuplicate`: the apiserver then prints "Duplicate value" and drops the
+    /// message.
+    pub reason: Option<&'a str>,
+}
+
+impl Rule<'_> {
+    pub(crate) fn new(rule: impl Into<String>, message: impl Into<String>) -> Self {
+        Rule {
+            rule: rule.into(),
+            message: message.into(),
+            field_path: None,
+            reason: None,
+        }
+    }
+}
+
+impl<'a> Rule<'a> {
+    pub(crate) fn at(mut self, field_path: &'a str) -> Self {
+        self.field_path = Some(field_path);
+        self
+    }
+
+    pub(crate) fn reason(mut self, reason: &'a str) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    fn to_value(&self) -> Value {
+        let mut v = json!({ "rule": self.rule, "message": self.message });
+        if let (Some(path), Some(obj)) = (self.field_path, v.as_object_mut()) {
+            obj.insert("fieldPath".into(), path.into());
+        }
+        if let (Some(reason), Some(obj)) = (self.reason, v.as_object_mut()) {
+            obj.insert("reason".into(), reason.into());
+        }
+        v
+    }
+}
+
+/// Appends CEL rules to a schema node.
+pub(crate) fn add_rules(schema: &mut Schema, rules: &[Rule<'_>]) {
+    let obj = schema.ensure_object();
+    let entry = obj
+        .entry("x-kubernetes-validations")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(list) = entry {
+        list.extend(rules.iter().map(Rule::to_value));
+    }
+}
+
+/// Sets a keyword on a schema node.
+pub(crate) fn set(schema: &mut Schema, keyword: &str, value: impl Into<Value>) {
+    schema.insert(keyword.to_owned(), value.into());
+}
+
+/// A CEL string literal (single-quoted) for `s`.
+pub(crate) fn cel_str(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A duration string field named `field`: bounded length, Go-style grammar.
+pub(crate) fn duration(field: &'static str) -> impl FnMut(&mut Schema) {
+    move |schema| {
+        set(schema, "maxLength", DURATION_MAX_LENGTH);
+        add_rules(
+            schema,
+            &[Rule::new(
+                format!("self.matches({})", cel_str(DURATION_PATTERN)),
+                format!("{field} must be a duration such as 500ms, 30s, 5m or 1h30m"),
+            )],
+        );
+    }
+}
+
+/// A name field that must be an RFC 1123 label.
+pub(crate) fn dns_label(field: &'static str) -> impl FnMut(&mut Schema) {
+    move |schema| {
+        set(schema, "minLength", 1);
+        set(schema, "maxLength", DNS1123_LABEL_MAX_LENGTH);
+        add_rules(
+            schema,
+            &[Rule::new(
+                format!("self.matches({})", cel_str(DNS1123_LABEL_PATTERN)),
+                format!(
+                    "{field} must be a DNS-1123 label: lower-case letters, digits and '-', \
+                     starting and ending with a letter or digit, at most 63 characters"
+                ),
+            )],
+        );
+    }
+}
+
+/// A name field that must be an RFC 1123 subdomain.
+pub(crate) fn dns_subdomain(field: &'static str) -> impl FnMut(&mut Schema) {
+    move |schema| {
+        set(schema, "minLength", 1);
+        set(schema, "maxLength", DNS1123_SUBDOMAIN_MAX_LENGTH);
+        add_rules(
+            schema,
+            &[Rule::new(
+                format!("self.matches({})", cel_str(DNS1123_SUBDOMAIN_PATTERN)),
+                format!(
+                    "{field} must be a DNS-1123 subdomain: lower-case letters, digits, '-' and \
+                     '.', starting and ending with a letter or digit, at most 253 characters"
+                ),
+            )],
+        );
+    }
+}
+
+/// A free-text string bounded to `max` characters.
+pub(crate) fn max_length(max: u64) -> impl FnMut(&mut Schema) {
+    move |schema| set(schema, "maxLength", max)
+}
+
+/// A list bounded to `max` items.
+pub(crate) fn max_items(max: u64) -> impl FnMut(&mut Schema) {
+    move |schema| set(schema, "maxItems", max)
+}
+
+/// A list of `metav1.Condition`: one entry per `type`, merged by type under server-side
+/// apply, as in core kinds.
+pub(crate) fn conditions_list(schema: &mut Schema) {
+    set(schema, "maxItems", 32);
+    set(schema, "x-kubernetes-list-type", "map");
+    set(schema, "x-kubernetes-list-map-keys", json!(["type"]));
+}
+
+/// A list of short strings: at most `max_items` entries of at most `item_max_length`
+/// characters, each present once.
+pub(crate) fn string_set(max_items: u64, item_max_length: u64) -> impl FnMut(&mut Schema) {
+    move |schema| {
+        set(schema, "maxItems", max_items);
+        set(schema, "x-kubernetes-list-type", "set");
+        if let Some(Value::Object(items)) = schema.get_mut("items") {
+            items.insert("maxLength".into(), item_max_length.into());
+            items.insert("minLength".into(), 1.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cel_string_literals_escape_quotes_and_backslashes() {
+        assert_eq!(cel_str("plain"), "'plain'");
+        assert_eq!(cel_str(r"a'b\.c"), r"'a\'b\\.c'");
+    }
+
+    #[test]
+    fn string_sets_bound_their_items() {
+        let mut schema: Schema = json!({"type": "array", "items": {"type": "string"}})
+            .try_into()
+            .unwrap();
+        string_set(5, 63)(&mut schema);
+        assert_eq!(schema.get("maxItems"), Some(&json!(5)));
+        assert_eq!(schema.get("x-kubernetes-list-type"), Some(&json!("set")));
+        assert_eq!(
+            schema.get("items").and_then(|i| i.get("maxLength")),
+            Some(&json!(63))
+        );
+    }
+}
