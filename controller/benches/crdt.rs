@@ -14,6 +14,7 @@ use std::hint::black_box;
 
 use configrollout::crdt::{Delta, Entry, Replica, Stamp, WriterId, decode, encode};
 use crdts::{CvRDT, LWWReg};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 
 type Registers = BTreeMap<String, LWWReg<Option<String>, Stamp>>;
@@ -69,10 +70,26 @@ fn replica_pair(n: usize) -> (Replica, Replica) {
     let right: Delta = (n / 2..n + n / 2)
         .map(|i| (key(i), Entry::live(value(&mut rng, 2), newer.clone())))
         .collect();
-    let (mut a, mut b) = (Replica::new(), Replica::new());
-    a.apply(&left);
-    b.apply(&right);
-    (a, b)
+    (laid_out_in_key_order(&left), laid_out_in_key_order(&right))
+}
+
+/// A replica whose keys and values are allocated in key order, as decoding a companion
+/// ConfigMap leaves them, and as `registers` leaves the baseline's: both sides then get
+/// the same memory locality.
+fn laid_out_in_key_order(delta: &Delta) -> Replica {
+    let fresh: Delta = delta
+        .iter()
+        .map(|(key, entry)| {
+            let copy = Entry {
+                value: entry.value().map(Into::into),
+                stamp: entry.stamp.clone(),
+            };
+            (key.to_owned(), copy)
+        })
+        .collect();
+    let mut replica = Replica::new();
+    replica.apply(&fresh);
+    replica
 }
 
 fn registers(replica: &Replica) -> Registers {
@@ -116,8 +133,12 @@ fn delta_100(stamp: &Stamp, n: usize, round: u64) -> Delta {
 }
 
 fn full_merge(c: &mut Criterion) {
-    let mut group = c.benchmark_group("full_merge");
-    for n in [1_000, 10_000, 50_000] {
+    full_merge_sizes(c, "full_merge", &[1_000, 10_000, 50_000]);
+}
+
+fn full_merge_sizes<M: Measurement>(c: &mut Criterion<M>, name: &str, sizes: &[usize]) {
+    let mut group = c.benchmark_group(name);
+    for &n in sizes {
         let (left, right) = replica_pair(n);
         group.bench_function(format!("ours/{n}"), |b| {
             b.iter_batched(
@@ -147,8 +168,12 @@ fn full_merge(c: &mut Criterion) {
 /// The replica persists across iterations and every iteration's delta carries a newer
 /// stamp, so every entry wins (the costly case) and the state stays at 50k keys.
 fn delta_apply(c: &mut Criterion) {
+    delta_apply_named(c, "apply_delta_100_into_50k");
+}
+
+fn delta_apply_named<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     const N: usize = 50_000;
-    let mut group = c.benchmark_group("apply_delta_100_into_50k");
+    let mut group = c.benchmark_group(name);
     let (base, _) = replica_pair(N);
     let mut replica = base.clone();
     let mut round = 10u64;
@@ -201,5 +226,60 @@ fn codec(c: &mut Criterion) {
     group.finish();
 }
 
+/// CPU time of the benchmarking thread: the machine the figures come from has 2 cores
+/// shared with other builds, and wall time there includes waiting for a core.
+struct ThreadCpuTime {
+    wall: WallTime,
+}
+
+fn thread_cpu_nanos() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid, writable timespec for the duration of the call.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    if status != 0 {
+        return 0;
+    }
+    let seconds = u64::try_from(time.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(time.tv_nsec).unwrap_or(0);
+    seconds * 1_000_000_000 + nanos
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = std::time::Duration;
+
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+    fn end(&self, started: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(thread_cpu_nanos().saturating_sub(started))
+    }
+    fn add(&self, a: &std::time::Duration, b: &std::time::Duration) -> std::time::Duration {
+        *a + *b
+    }
+    fn zero(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    fn to_f64(&self, value: &std::time::Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
+
+fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
+    full_merge_sizes(c, "full_merge_cpu_time", &[50_000]);
+    delta_apply_named(c, "apply_delta_100_into_50k_cpu_time");
+}
+
 criterion_group!(benches, full_merge, delta_apply, codec);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    targets = cpu_time_cases
+}
+criterion_main!(benches, cpu_time);
