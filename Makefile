@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds crdcheck
+.PHONY: test deps lint unit crds crdcheck lab lab-bench
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -21,6 +21,15 @@ unit:
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:
 	$(CARGO) run --locked --bin configrollout-crdgen -- crds
+
+# Brings up the lab (hub + 3 regions, workloads, Prometheus) for a person, prints how
+# to reach it, and runs until Ctrl-C. The first run builds kube-apiserver (minutes).
+lab:
+	$(CARGO) run --locked -p configrollout-e2e --bin lab -- $(LAB_ARGS)
+
+# Lab start time and control-plane memory, for BENCHMARKS.md.
+lab-bench:
+	$(CARGO) run --locked -p configrollout-e2e --bin lab-bench -- $(LAB_BENCH_ARGS)
 
 # Runs crds/ and example objects through the apiextensions-apiserver's own validation
 # code (structural schema, CEL compile and cost, defaulting, CEL refusals), in process.

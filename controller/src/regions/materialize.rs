@@ -120,8 +120,17 @@ pub fn plan(
         Some(text) => crdt::decode(text).map_err(|source| RegionError::MalformedCompanion {
             reason: source.to_string(),
         })?,
+        // A new target is created before its companion (so that the companion can be
+        // owned by it). If the companion's creation did not happen, the target holds
+        // exactly this delta: recognisable by its digest, and safe to finish.
         None if target.and_then(|t| t.digest.as_ref()).is_some() => {
-            return Err(RegionError::CompanionMissing);
+            let mut candidate = Replica::new();
+            candidate.apply(request.delta);
+            let candidate_digest = crdt::revision_digest(key, &candidate);
+            if target.and_then(|t| t.digest.as_ref()) != Some(&candidate_digest) {
+                return Err(RegionError::CompanionMissing);
+            }
+            Replica::new()
         }
         None => Replica::new(),
     };
@@ -446,6 +455,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, RegionError::MalformedCompanion { .. }));
+    }
+
+    #[test]
+    fn a_first_publish_interrupted_before_its_companion_is_finished() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let first = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        let (target, _) = written(&first);
+        let again = plan(
+            &key(),
+            Some(&target),
+            None,
+            request(&delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert!(again.companion_changed && !again.target_changed);
+        assert_eq!(again.encoded_state, first.encoded_state);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod clients;
 pub mod materialize;
+pub mod publication;
 pub mod store;
 
 use std::time::Duration;
@@ -74,7 +75,33 @@ pub enum RegionError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The rollout names a region that has no Region object.
+    #[error("region {region} has no Region object")]
+    UnknownRegion {
+        /// Region name.
+        region: String,
+    },
+    /// The region's client could not be built.
+    #[error("region client: {reason}")]
+    Client {
+        /// Why.
+        reason: String,
+    },
+    /// The compensating delta could not be built.
+    #[error("rollback: {reason}")]
+    Compensation {
+        /// Why.
+        reason: String,
+    },
     /// After writing, the target's digest is not the digest of the companion's state.
     #[error("read back: the target's digest does not match its companion's state")]
     ReadBackMismatch,
+}
+
+impl RegionError {
+    /// Whether the region could not be reached at all (as opposed to answering with an
+    /// error or holding something we refuse to touch).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
+    }
 }

@@ -19,7 +19,8 @@ use super::materialize::{
     self, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
     ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
 };
-use crate::crdt::{self, DigestKey};
+use crate::api::DriftPolicy;
+use crate::crdt::{self, Delta, DigestKey, Replica, Stamp};
 
 /// How long one API call may take before the region counts as unreachable for this pass.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,26 +55,55 @@ pub struct Materialized {
     pub writes: u32,
 }
 
-/// Merges `request.delta` into the region reached by `client`, and reads back the result.
+/// Merges the delta `delta_for` builds from the region's current replica (a revision's
+/// publication ignores it; a rollback is computed from it, on every attempt, so a write
+/// that lands in between is never reverted by a stale computation). Reads back the result.
 pub async fn materialize(
     client: &Client,
     key: &DigestKey,
     target: &TargetObject<'_>,
-    request: MergeRequest<'_>,
+    drift: DriftHandling<'_>,
+    delta_for: impl Fn(&Replica) -> Result<Delta, RegionError>,
 ) -> Result<Materialized, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), target.namespace);
     let companion_name = materialize::companion_name(target.name)?;
     let mut writes = 0;
     for _ in 0..MAX_ATTEMPTS {
         let current = read_pair(&api, target.name, &companion_name).await?;
+        let replica = match current
+            .companion_view
+            .as_ref()
+            .and_then(|c| c.state.as_deref())
+        {
+            Some(text) => crdt::decode(text).map_err(|source| RegionError::MalformedCompanion {
+                reason: source.to_string(),
+            })?,
+            None => Replica::new(),
+        };
+        let delta = delta_for(&replica)?;
         let plan = materialize::plan(
             key,
             current.target_view.as_ref(),
             current.companion_view.as_ref(),
-            request,
+            MergeRequest {
+                delta: &delta,
+                drift_policy: drift.policy,
+                adopt_stamp: drift.adopt_stamp,
+            },
         )?;
         match write_plan(&api, target, &companion_name, &current, &plan, &mut writes).await {
-            Ok(()) => return read_back(&api, key, target.name, &companion_name, writes).await,
+            Ok(()) => {
+                let inspection = inspect_pair(&api, key, target.name, &companion_name).await?;
+                if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
+                    return Err(RegionError::ReadBackMismatch);
+                }
+                return Ok(Materialized {
+                    digest: inspection.digest,
+                    drifted_keys: inspection.drifted_keys,
+                    overridden_keys: inspection.overridden_keys,
+                    writes,
+                });
+            }
             Err(RegionError::Api { code: 409, .. }) => {
                 tracing::debug!(
                     target = target.name,
@@ -88,34 +118,66 @@ pub async fn materialize(
     })
 }
 
-/// Reads back the region's state without writing: the evidence that a revision is there.
-pub async fn read_back(
+/// What to do with keys edited out of band, for [`materialize`].
+#[derive(Debug, Clone, Copy)]
+pub struct DriftHandling<'a> {
+    /// The rollout's drift policy.
+    pub policy: &'a DriftPolicy,
+    /// Stamp of an `override:` writer for adopted edits; required by `Adopt`.
+    pub adopt_stamp: Option<&'a Stamp>,
+}
+
+/// A region's state as read, without writing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    /// The replica (empty when the region holds none yet).
+    pub replica: Replica,
+    /// Keyed digest of the replica's live state.
+    pub digest: String,
+    /// The digest the target carries, if any.
+    pub target_digest: Option<String>,
+    /// Managed keys edited out of band (names only).
+    pub drifted_keys: Vec<String>,
+    /// Managed keys whose winning write is a regional override (names only).
+    pub overridden_keys: Vec<String>,
+}
+
+/// Reads the region's replica for the target `namespace/name`: the evidence of what it
+/// holds. Writes nothing.
+pub async fn inspect(
+    client: &Client,
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+) -> Result<Inspection, RegionError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let companion_name = materialize::companion_name(name)?;
+    inspect_pair(&api, key, name, &companion_name).await
+}
+
+async fn inspect_pair(
     api: &Api<ConfigMap>,
     key: &DigestKey,
     target: &str,
     companion: &str,
-    writes: u32,
-) -> Result<Materialized, RegionError> {
+) -> Result<Inspection, RegionError> {
     let current = read_pair(api, target, companion).await?;
     let plan = materialize::plan(
         key,
         current.target_view.as_ref(),
         current.companion_view.as_ref(),
         MergeRequest {
-            delta: &crdt::Delta::new(),
-            drift_policy: &crate::api::DriftPolicy::Report,
+            delta: &Delta::new(),
+            drift_policy: &DriftPolicy::Report,
             adopt_stamp: None,
         },
     )?;
-    let target_digest = current.target_view.and_then(|view| view.digest);
-    if target_digest.as_deref() != Some(plan.digest.as_str()) {
-        return Err(RegionError::ReadBackMismatch);
-    }
-    Ok(Materialized {
+    Ok(Inspection {
+        replica: plan.replica,
         digest: plan.digest,
+        target_digest: current.target_view.and_then(|view| view.digest),
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
-        writes,
     })
 }
 
@@ -164,24 +226,32 @@ async fn write_plan(
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),
     };
-    let target_object = match &current.target {
-        Some(existing) => existing.clone(),
+    let annotate = |object: &mut ConfigMap| {
+        let annotations = object.annotations_mut();
+        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
+        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
+        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+    };
+    // A new target is created whole, so that a first publish writes it once; the
+    // companion follows, owned by it (see `plan` for an interrupted creation).
+    let (target_object, created) = match &current.target {
+        Some(existing) => (existing.clone(), false),
         None => {
-            let fresh = ConfigMap {
+            let mut fresh = ConfigMap {
                 metadata: ObjectMeta {
                     name: Some(target.name.to_owned()),
                     namespace: Some(target.namespace.to_owned()),
-                    annotations: Some(BTreeMap::from([(
-                        ROLLOUT_ANNOTATION.to_owned(),
-                        target.rollout.to_owned(),
-                    )])),
                     ..ObjectMeta::default()
                 },
                 data: Some(plan.target_data.clone()),
                 ..ConfigMap::default()
             };
+            annotate(&mut fresh);
             *writes += 1;
-            call("create target", api.create(&params, &fresh)).await?
+            (
+                call("create target", api.create(&params, &fresh)).await?,
+                true,
+            )
         }
     };
 
@@ -214,20 +284,17 @@ async fn write_plan(
         }
     }
 
-    let needs_target_write = plan.target_changed
-        || current.target.is_none()
-        || target_object
-            .annotations()
-            .get(REVISION_ANNOTATION)
-            .map(String::as_str)
-            != Some(target.revision);
+    let needs_target_write = !created
+        && (plan.target_changed
+            || target_object
+                .annotations()
+                .get(REVISION_ANNOTATION)
+                .map(String::as_str)
+                != Some(target.revision));
     if needs_target_write {
         let mut updated = target_object;
         updated.data = Some(plan.target_data.clone());
-        let annotations = updated.annotations_mut();
-        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
-        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
-        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+        annotate(&mut updated);
         *writes += 1;
         call("write target", api.replace(target.name, &params, &updated)).await?;
     }

@@ -1,0 +1,39 @@
+//! Time conversions between the engine's `DateTime<Utc>`, the API's `Time` and spec
+//! duration strings.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::parse_duration;
+
+/// `DateTime<Utc>` as an API `Time`. Out-of-range instants (beyond year 9999) cannot be
+/// produced by a real clock; they clamp to the jiff range.
+pub fn to_time(at: DateTime<Utc>) -> Time {
+    let timestamp = Timestamp::new(at.timestamp(), at.timestamp_subsec_nanos() as i32).unwrap_or(
+        if at.timestamp() < 0 {
+            Timestamp::MIN
+        } else {
+            Timestamp::MAX
+        },
+    );
+    Time(timestamp)
+}
+
+/// An API `Time` as `DateTime<Utc>`.
+pub fn from_time(time: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(time.0.as_second(), time.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// A spec duration (validated earlier) as a `TimeDelta`; `None` when unparsable.
+pub fn spec_duration(text: &str) -> Option<TimeDelta> {
+    parse_duration(text)
+        .ok()
+        .and_then(|duration| TimeDelta::from_std(duration).ok())
+}
+
+/// How long until `at`, zero if it is past.
+pub fn until(now: DateTime<Utc>, at: DateTime<Utc>) -> std::time::Duration {
+    (at - now).to_std().unwrap_or(std::time::Duration::ZERO)
+}

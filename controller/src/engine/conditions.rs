@@ -1,0 +1,229 @@
+//! Status summary: conditions in the `metav1.Condition` shape (with
+//! `observedGeneration`, and `lastTransitionTime` changed only when the status flips),
+//! the `progress` column, and events for the flips that no other rule announces.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::api::{CONTRACT_STAGE, RolloutPhase, conditions};
+
+use super::clock::to_time;
+use super::control::REASON_ABORTED;
+use super::regions::region_done;
+use super::{EventType, MAX_CONDITION_MESSAGE, Step};
+
+/// Sets one condition, keeping its transition time unless the status flips.
+fn set(step: &mut Step<'_>, type_: &str, status: bool, reason: &str, message: String) {
+    let status_text = if status { "True" } else { "False" };
+    let generation = Some(step.obs.generation);
+    let now = to_time(step.now);
+    match step
+        .status
+        .conditions
+        .iter_mut()
+        .find(|condition| condition.type_ == type_)
+    {
+        Some(condition) => {
+            if condition.status != status_text {
+                condition.status = status_text.to_owned();
+                condition.last_transition_time = now;
+            }
+            condition.reason = reason.to_owned();
+            condition.message = message;
+            condition.observed_generation = generation;
+        }
+        None => step.status.conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status_text.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+fn was_true(step: &Step<'_>, type_: &str) -> bool {
+    step.before
+        .conditions
+        .iter()
+        .any(|condition| condition.type_ == type_ && condition.status == "True")
+}
+
+fn current(step: &Step<'_>, type_: &str) -> Option<(String, String)> {
+    step.status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == type_ && condition.status == "True")
+        .map(|condition| (condition.reason.clone(), condition.message.clone()))
+}
+
+/// Reports an invalid spec; nothing else changes and no region is touched.
+pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String]) {
+    let mut message = errors.join("; ");
+    if message.len() > MAX_CONDITION_MESSAGE {
+        let cut = (0..=MAX_CONDITION_MESSAGE)
+            .rev()
+            .find(|&index| message.is_char_boundary(index))
+            .unwrap_or(0);
+        message.truncate(cut);
+        message.push('…');
+    }
+    if !was_true(step, conditions::INVALID_SPEC) {
+        step.event(EventType::Warning, "InvalidSpec", message.clone());
+    }
+    set(step, conditions::INVALID_SPEC, true, "InvalidSpec", message);
+    if step.status.phase.is_none() {
+        step.status.phase = Some(RolloutPhase::Pending);
+    }
+}
+
+/// Regions done with the current pass, out of regions selected.
+fn progress(step: &Step<'_>) -> String {
+    let total = step.plan.region_count();
+    let Some(revision) = step.revision() else {
+        return format!("0/{total}");
+    };
+    let has_consumers = !step.spec.consumers.is_empty();
+    let done = step
+        .status
+        .regions
+        .iter()
+        .filter(|region| region_done(region, revision, step.pass(), has_consumers))
+        .count();
+    format!("{done}/{total}")
+}
+
+/// Sets every condition the engine owns from the phase. `Drifted` belongs to the region
+/// layer and is left alone.
+pub(super) fn refresh(step: &mut Step<'_>) {
+    let phase = step.status.phase.unwrap_or(RolloutPhase::Pending);
+    let revision = step.revision().unwrap_or("none").to_owned();
+    let stage = step.status.current_stage.clone().unwrap_or_default();
+    let pass = step.pass();
+    let progress = progress(step);
+    step.status.progress = Some(progress.clone());
+    let phase_name = format!("{phase:?}");
+
+    set(
+        step,
+        conditions::INVALID_SPEC,
+        false,
+        "Valid",
+        String::new(),
+    );
+
+    let (progressing, reason, message) = match phase {
+        RolloutPhase::Pending => (true, "Pending", "waiting for desired data".to_owned()),
+        RolloutPhase::Progressing | RolloutPhase::AwaitingApproval => (
+            true,
+            "RolloutProgressing",
+            format!("{revision} ({pass:?} pass) at stage {stage}: {progress} regions done"),
+        ),
+        other => (
+            false,
+            phase_name.as_str(),
+            format!("{revision} is {other:?}: {progress} regions done"),
+        ),
+    };
+    set(step, conditions::PROGRESSING, progressing, reason, message);
+
+    let awaiting = phase == RolloutPhase::AwaitingApproval;
+    let (reason, message) = if stage == CONTRACT_STAGE {
+        (
+            "ContractApprovalRequired",
+            format!("the contract step of {revision} awaits a StageApproval for stage contract"),
+        )
+    } else {
+        (
+            "StageApprovalRequired",
+            format!("stage {stage} of {revision} awaits a StageApproval"),
+        )
+    };
+    if awaiting && !was_true(step, conditions::AWAITING_APPROVAL) {
+        step.event(EventType::Normal, reason, message.clone());
+    }
+    if awaiting {
+        set(step, conditions::AWAITING_APPROVAL, true, reason, message);
+    } else {
+        set(
+            step,
+            conditions::AWAITING_APPROVAL,
+            false,
+            &phase_name,
+            String::new(),
+        );
+    }
+
+    let paused = step.spec.paused;
+    if paused != was_true(step, conditions::PAUSED) {
+        let (reason, message) = if paused {
+            (
+                "Paused",
+                format!("rollout of {revision} paused by spec.paused"),
+            )
+        } else {
+            ("Resumed", format!("rollout of {revision} resumed"))
+        };
+        step.event(EventType::Normal, reason, message);
+    }
+    if paused {
+        set(
+            step,
+            conditions::PAUSED,
+            true,
+            "SpecPaused",
+            "spec.paused is true: nothing new is published".to_owned(),
+        );
+    } else {
+        set(step, conditions::PAUSED, false, "NotPaused", String::new());
+    }
+
+    let stopped = matches!(
+        phase,
+        RolloutPhase::Halted | RolloutPhase::RollingBack | RolloutPhase::RolledBack
+    );
+    if stopped {
+        let (reason, message) = step
+            .halt
+            .clone()
+            .or_else(|| current(step, conditions::HALTED))
+            .unwrap_or_else(|| (REASON_ABORTED.to_owned(), String::new()));
+        set(step, conditions::HALTED, true, &reason, message);
+    } else {
+        set(step, conditions::HALTED, false, &phase_name, String::new());
+    }
+
+    let rolled_back = phase == RolloutPhase::RolledBack;
+    set(
+        step,
+        conditions::ROLLED_BACK,
+        rolled_back,
+        if rolled_back {
+            "RolledBack"
+        } else {
+            phase_name.as_str()
+        },
+        if rolled_back {
+            format!("{revision} was reverted in every region it reached")
+        } else {
+            String::new()
+        },
+    );
+
+    let complete = phase == RolloutPhase::Complete;
+    set(
+        step,
+        conditions::COMPLETE,
+        complete,
+        if complete {
+            "AllStagesPassed"
+        } else {
+            phase_name.as_str()
+        },
+        if complete {
+            format!("{revision} passed every stage")
+        } else {
+            String::new()
+        },
+    );
+}

@@ -1,0 +1,187 @@
+//! The rollout state machine: pure, no IO, deterministic clock.
+//!
+//! [`step`] takes the spec, the previous status, what the reconcile observed and `now`,
+//! and returns the next status, the actions to take and when to run again. All progress
+//! lives in the status, so a restarted controller continues where it was.
+//!
+//! One rule area per file: [`revisions`] (r1, r2, ... and history), [`selection`]
+//! (which regions a stage covers), `regions` (the per-region lifecycle), `gate_windows`
+//! (gate sampling and verdicts), `approvals`, `stages` (stage order, parallelism, pauses,
+//! deadlines), `expand_contract`, `failure` (halt and rollback), `control` (abort and
+//! retry), `dispatch` (which publishes and rollbacks are new), `conditions` (phase,
+//! conditions, progress) and [`validate`].
+//!
+//! Gate samples: the reconcile calls [`gates_due`] before [`step`], takes those samples
+//! and passes them in [`Observations::gate_samples`]. A sample is thereby judged in the
+//! same reconcile that took it (no round trip through an action), and a sample that is
+//! taken but lost to a crash before the status is written is simply taken again: the
+//! engine only counts samples that fall on the gate's schedule, so a repeat never counts
+//! twice.
+
+mod actions;
+mod approvals;
+mod clock;
+mod conditions;
+mod control;
+mod dispatch;
+mod expand_contract;
+mod failure;
+mod gate_windows;
+mod observations;
+mod regions;
+pub mod revisions;
+pub mod selection;
+mod stages;
+pub mod validate;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPhase};
+
+pub use actions::{Action, Decision, EventType};
+pub use gate_windows::{GateSampleRequest, gates_due};
+pub use observations::{
+    AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
+    GateSampleObservation, Observations, RegionObservation,
+};
+pub use validate::{SpecError, validate};
+
+/// Samples kept per gate window in the status (oldest dropped first).
+pub const MAX_SAMPLES_PER_GATE: usize = 10;
+/// How often to look again while regions are being updated or rolled back: region
+/// clusters are polled, not watched.
+pub const REGION_POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// Longest `InvalidSpec` message, so that a spec with many errors cannot bloat status.
+const MAX_CONDITION_MESSAGE: usize = 1024;
+
+/// Decides the next status and actions for one rollout. Pure: the same inputs always
+/// give the same decision.
+pub fn step(
+    spec: &ConfigRolloutSpec,
+    status: &ConfigRolloutStatus,
+    obs: &Observations,
+    now: DateTime<Utc>,
+) -> Decision {
+    let mut step = Step::new(spec, status, obs, now);
+    step.run();
+    step.finish()
+}
+
+/// The working state of one step.
+pub(crate) struct Step<'a> {
+    spec: &'a ConfigRolloutSpec,
+    before: &'a ConfigRolloutStatus,
+    obs: &'a Observations,
+    now: DateTime<Utc>,
+    plan: selection::StagePlan,
+    status: ConfigRolloutStatus,
+    actions: Vec<Action>,
+    wake_at: Option<DateTime<Utc>>,
+    /// Set when this step stops the rollout: (reason, message) for the Halted condition.
+    halt: Option<(String, String)>,
+    /// Set when this step resumes the rollout (unpaused or retried): deadlines restart.
+    resumed_now: bool,
+}
+
+impl<'a> Step<'a> {
+    fn new(
+        spec: &'a ConfigRolloutSpec,
+        before: &'a ConfigRolloutStatus,
+        obs: &'a Observations,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let mut status = before.clone();
+        status.observed_generation = Some(obs.generation);
+        Step {
+            spec,
+            before,
+            obs,
+            now,
+            plan: selection::plan(spec, &obs.regions),
+            status,
+            actions: Vec::new(),
+            wake_at: None,
+            halt: None,
+            resumed_now: false,
+        }
+    }
+
+    fn run(&mut self) {
+        let errors: Vec<String> = validate(self.spec)
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.obs.spec_errors.iter().cloned())
+            .collect();
+        if !errors.is_empty() {
+            conditions::invalid_spec(self, &errors);
+            return;
+        }
+        revisions::ensure_current(self);
+        if self.revision().is_none() {
+            self.status.phase = Some(RolloutPhase::Pending);
+            conditions::refresh(self);
+            return;
+        }
+        regions::sync(self);
+        control::apply(self);
+        match self.status.phase {
+            Some(RolloutPhase::Halted | RolloutPhase::RolledBack) => {}
+            Some(RolloutPhase::RollingBack) => {
+                if !self.spec.paused {
+                    failure::continue_rollback(self);
+                }
+            }
+            Some(RolloutPhase::Complete) if self.spec.paused => {}
+            _ if self.spec.paused => self.status.phase = Some(RolloutPhase::Paused),
+            _ => {
+                if self.status.phase == Some(RolloutPhase::Paused) {
+                    self.resumed_now = true;
+                }
+                self.status.phase = Some(RolloutPhase::Progressing);
+                stages::advance(self);
+            }
+        }
+        conditions::refresh(self);
+    }
+
+    fn finish(mut self) -> Decision {
+        dispatch::emit_new(&mut self);
+        let requeue_after = self.wake_at.map(|at| clock::until(self.now, at));
+        Decision {
+            status: self.status,
+            actions: self.actions,
+            requeue_after,
+        }
+    }
+
+    /// The revision being rolled out.
+    fn revision(&self) -> Option<&str> {
+        self.status.revision.as_deref()
+    }
+
+    /// The pass of the revision being rolled out.
+    fn pass(&self) -> RevisionStep {
+        self.status.step.unwrap_or(RevisionStep::Single)
+    }
+
+    /// Asks to run again no later than `at`.
+    fn wake_at(&mut self, at: DateTime<Utc>) {
+        self.wake_at = Some(self.wake_at.map_or(at, |current| current.min(at)));
+    }
+
+    /// Asks to look at the regions again soon.
+    fn poll_regions(&mut self) {
+        let poll = chrono::TimeDelta::from_std(REGION_POLL_INTERVAL).unwrap_or_default();
+        self.wake_at(self.now + poll);
+    }
+
+    fn event(&mut self, type_: EventType, reason: &str, message: String) {
+        self.actions.push(Action::Event {
+            type_,
+            reason: reason.to_owned(),
+            message,
+        });
+    }
+}

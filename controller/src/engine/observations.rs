@@ -1,0 +1,132 @@
+//! What the reconcile read before calling the engine. Everything the engine decides on
+//! comes from here, the spec, the previous status and `now`: nothing else.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::api::RevisionStep;
+use crate::gates::QueryResult;
+
+/// Everything observed for one reconcile of one rollout.
+#[derive(Debug, Clone, Default)]
+pub struct Observations {
+    /// `metadata.generation` of the rollout, echoed as `observedGeneration`.
+    pub generation: i64,
+    /// The desired configuration, as a keyed digest and key counts (never values).
+    pub desired: DesiredRevision,
+    /// A hybrid logical clock stamp minted by the reconcile, rendered. Used only when this
+    /// step declares a revision, so that the engine itself never reads a clock.
+    pub fresh_stamp: String,
+    /// Every Region object the reconcile knows, with what was read from its cluster.
+    pub regions: Vec<RegionObservation>,
+    /// Gate samples taken since the last step (see [`crate::engine::gates_due`]).
+    pub gate_samples: Vec<GateSampleObservation>,
+    /// StageApprovals naming this rollout.
+    pub approvals: Vec<ApprovalObservation>,
+    /// Operator commands (`kubectl configrollout abort|retry`).
+    pub control: Control,
+    /// Problems found outside the engine's own [`crate::engine::validate`], e.g. a
+    /// `fromConfigMap` that does not exist. Reported as `InvalidSpec`.
+    pub spec_errors: Vec<String>,
+}
+
+/// The desired configuration, identified without its values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredRevision {
+    /// Keyed digest of the desired key/values.
+    pub digest: String,
+    /// Keys the new revision would set or change, relative to the current one.
+    pub keys_set: u32,
+    /// Keys the new revision would remove, relative to the current one.
+    pub keys_removed: u32,
+}
+
+/// One region as observed.
+#[derive(Debug, Clone, Default)]
+pub struct RegionObservation {
+    /// Region object name.
+    pub name: String,
+    /// Region object labels, for stage selectors.
+    pub labels: BTreeMap<String, String>,
+    /// Whether the region's API server answered this time.
+    pub reachable: bool,
+    /// The last error talking to it (no configuration values).
+    pub last_error: Option<String>,
+    /// The revision the region's target carries, read back from its annotations.
+    pub applied: Option<AppliedRevision>,
+    /// The revision whose compensating delta the region holds, if any.
+    pub rolled_back: Option<String>,
+    /// Consumer counts for the revision and pass the status names.
+    pub consumers: Option<ConsumerObservation>,
+}
+
+/// A revision as read back from a region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedRevision {
+    /// Revision name.
+    pub revision: String,
+    /// Pass applied.
+    pub step: RevisionStep,
+    /// Keyed digest of the region's live state.
+    pub digest: String,
+}
+
+/// Consumer instance counts in a region, for one revision and pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerObservation {
+    /// The revision counted.
+    pub revision: String,
+    /// The pass counted.
+    pub step: RevisionStep,
+    /// Instances of the declared consumers.
+    pub total: u32,
+    /// Instances restarted and ready on the revision (or projected, for `Reload`).
+    pub delivered: u32,
+    /// Instances that report the revision.
+    pub activated: u32,
+}
+
+/// One gate sample the reconcile took.
+#[derive(Debug, Clone)]
+pub struct GateSampleObservation {
+    /// Gate name.
+    pub gate: String,
+    /// Stage the sample was taken for.
+    pub stage: String,
+    /// Revision the sample was taken for.
+    pub revision: String,
+    /// Region, for gates evaluated per region.
+    pub region: Option<String>,
+    /// When the query ran.
+    pub at: DateTime<Utc>,
+    /// What it returned.
+    pub result: QueryResult,
+}
+
+/// One StageApproval.
+#[derive(Debug, Clone)]
+pub struct ApprovalObservation {
+    /// Object name.
+    pub name: String,
+    /// Stage approved (or `contract`).
+    pub stage: String,
+    /// Revision approved.
+    pub revision: String,
+    /// Who approved.
+    pub approver: String,
+    /// Why.
+    pub reason: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Operator commands. Each is the time it was requested, so that a command is acted on
+/// once: the latest command wins, and a retry only resumes a halt that happened before it.
+#[derive(Debug, Clone, Default)]
+pub struct Control {
+    /// When an abort was requested.
+    pub abort_requested_at: Option<DateTime<Utc>>,
+    /// When a retry was requested.
+    pub retry_requested_at: Option<DateTime<Utc>>,
+}

@@ -1,0 +1,141 @@
+//! The per-region lifecycle of the current revision and pass: Materialized (replica
+//! merged, digest read back), Delivered (consumers restarted and ready, or projected),
+//! Activated (consumers report it), each marked once with the time it was first seen.
+//! Counts only, never values.
+
+use std::collections::HashMap;
+
+use crate::api::{ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, RevisionStep};
+
+use super::clock::to_time;
+use super::observations::RegionObservation;
+use super::{Action, Step};
+
+/// Whether `mark` is for this revision and pass.
+pub(super) fn mark_is(mark: Option<&LifecycleMark>, revision: &str, pass: RevisionStep) -> bool {
+    mark.is_some_and(|mark| mark.revision == revision && mark.step == Some(pass))
+}
+
+/// Whether a region has finished the pass: Activated, or Materialized where the rollout
+/// declares no consumers.
+pub(super) fn region_done(
+    region: &RegionRolloutStatus,
+    revision: &str,
+    pass: RevisionStep,
+    has_consumers: bool,
+) -> bool {
+    let mark = if has_consumers {
+        region.activated.as_ref()
+    } else {
+        region.materialized.as_ref()
+    };
+    mark_is(mark, revision, pass)
+}
+
+/// Rebuilds `status.regions` in plan order from the observations, keeping marks already
+/// reached, and restarts consumers in regions that just materialized.
+pub(super) fn sync(step: &mut Step<'_>) {
+    let Some(revision) = step.revision().map(str::to_owned) else {
+        return;
+    };
+    let pass = step.pass();
+    let has_consumers = !step.spec.consumers.is_empty();
+    let restarts = step
+        .spec
+        .consumers
+        .iter()
+        .any(|consumer| consumer.delivery == Delivery::Restart);
+    let observed: HashMap<&str, &RegionObservation> = step
+        .obs
+        .regions
+        .iter()
+        .map(|region| (region.name.as_str(), region))
+        .collect();
+    let mut previous: HashMap<String, RegionRolloutStatus> =
+        std::mem::take(&mut step.status.regions)
+            .into_iter()
+            .map(|region| (region.name.clone(), region))
+            .collect();
+    let now = to_time(step.now);
+    let mut regions = Vec::with_capacity(step.plan.region_count());
+    let mut restart_in = Vec::new();
+
+    for (stage_index, name) in step.plan.all_regions() {
+        let mut region = previous
+            .remove(name)
+            .unwrap_or_else(|| RegionRolloutStatus {
+                name: name.to_owned(),
+                ..RegionRolloutStatus::default()
+            });
+        region.stage = Some(step.spec.stages[stage_index].name.clone());
+        let Some(seen) = observed.get(name) else {
+            region.reachable = Some(false);
+            region.last_error = Some(format!("no Region object named {name}"));
+            regions.push(region);
+            continue;
+        };
+        region.reachable = Some(seen.reachable);
+        region.last_error.clone_from(&seen.last_error);
+
+        if let Some(applied) = &seen.applied
+            && applied.revision == revision
+            && applied.step == pass
+            && !mark_is(region.materialized.as_ref(), &revision, pass)
+        {
+            region.materialized = Some(LifecycleMark {
+                revision: revision.clone(),
+                step: Some(pass),
+                digest: Some(applied.digest.clone()),
+                at: now.clone(),
+            });
+            if has_consumers && restarts {
+                restart_in.push(name.to_owned());
+            }
+        }
+
+        if let Some(counts) = &seen.consumers
+            && counts.revision == revision
+            && counts.step == pass
+        {
+            region.consumers = Some(ConsumerCounts {
+                total: i32::try_from(counts.total).unwrap_or(i32::MAX),
+                delivered: i32::try_from(counts.delivered).unwrap_or(i32::MAX),
+                activated: i32::try_from(counts.activated).unwrap_or(i32::MAX),
+            });
+            let materialized = mark_is(region.materialized.as_ref(), &revision, pass);
+            if has_consumers
+                && materialized
+                && counts.delivered >= counts.total
+                && !mark_is(region.delivered.as_ref(), &revision, pass)
+            {
+                region.delivered = Some(LifecycleMark {
+                    revision: revision.clone(),
+                    step: Some(pass),
+                    digest: None,
+                    at: now.clone(),
+                });
+            }
+            if has_consumers
+                && mark_is(region.delivered.as_ref(), &revision, pass)
+                && counts.activated >= counts.total
+                && !mark_is(region.activated.as_ref(), &revision, pass)
+            {
+                region.activated = Some(LifecycleMark {
+                    revision: revision.clone(),
+                    step: Some(pass),
+                    digest: None,
+                    at: now.clone(),
+                });
+            }
+        }
+        regions.push(region);
+    }
+    step.status.regions = regions;
+    for region in restart_in {
+        step.actions.push(Action::RestartConsumers {
+            region,
+            revision: revision.clone(),
+            step: pass,
+        });
+    }
+}

@@ -1,0 +1,121 @@
+//! What the schema's CEL rules cannot check: the condition grammar, query placeholders,
+//! duration semantics and selector operators. Any error here is reported as the
+//! `InvalidSpec` condition and the engine touches no region.
+
+use std::fmt;
+
+use crate::api::{ConfigRolloutSpec, Pause};
+use crate::gates::{Condition, check_template};
+
+use super::clock::spec_duration;
+use super::selection::requirement_is_valid;
+
+/// One problem with a spec, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// JSON path of the field, e.g. `spec.gates[0].condition`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem the schema cannot catch, in field order.
+pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
+    let mut errors = Vec::new();
+    let mut report = |field: String, message: String| errors.push(SpecError { field, message });
+
+    for (index, gate) in spec.gates.iter().enumerate() {
+        let field = |name: &str| format!("spec.gates[{index}].{name}");
+        if let Err(error) = Condition::parse(&gate.condition) {
+            report(field("condition"), error.to_string());
+        }
+        if let Err(error) = check_template(&gate.query) {
+            report(field("query"), error.to_string());
+        }
+        match spec_duration(&gate.interval) {
+            Some(interval) if interval > chrono::TimeDelta::zero() => {}
+            _ => report(field("interval"), "must be a positive duration".into()),
+        }
+        if let Some(delay) = &gate.initial_delay
+            && spec_duration(delay).is_none()
+        {
+            report(field("initialDelay"), "must be a duration".into());
+        }
+        if gate.count < 1 {
+            report(field("count"), "must be at least 1".into());
+        }
+        if gate.failure_limit < 0 || gate.inconclusive_limit < 0 {
+            report(field("failureLimit"), "limits must not be negative".into());
+        }
+    }
+
+    for (index, stage) in spec.stages.iter().enumerate() {
+        let field = |name: &str| format!("spec.stages[{index}].{name}");
+        if stage.max_parallel < 1 {
+            report(field("maxParallel"), "must be at least 1".into());
+        }
+        if let Some(Pause { duration }) = &stage.pause
+            && spec_duration(duration).is_none()
+        {
+            report(field("pause.duration"), "must be a duration".into());
+        }
+        if let Some(deadline) = &stage.progress_deadline {
+            match spec_duration(deadline) {
+                Some(deadline) if deadline > chrono::TimeDelta::zero() => {}
+                _ => report(
+                    field("progressDeadline"),
+                    "must be a positive duration".into(),
+                ),
+            }
+        }
+        for gate in &stage.gates {
+            if !spec.gates.iter().any(|declared| &declared.name == gate) {
+                report(field("gates"), format!("gate `{gate}` is not declared"));
+            }
+        }
+        let requirements = stage
+            .regions
+            .selector
+            .iter()
+            .flat_map(|selector| selector.match_expressions.iter().flatten());
+        for requirement in requirements {
+            if !requirement_is_valid(requirement) {
+                report(
+                    field("regions.selector.matchExpressions"),
+                    format!(
+                        "operator `{}` on key `{}` is not In/NotIn with values or \
+                         Exists/DoesNotExist without",
+                        requirement.operator, requirement.key
+                    ),
+                );
+            }
+        }
+    }
+
+    for (index, consumer) in spec.consumers.iter().enumerate() {
+        if let Some(query) = &consumer.activation_query
+            && let Err(error) = check_template(query)
+        {
+            report(
+                format!("spec.consumers[{index}].activationQuery"),
+                error.to_string(),
+            );
+        }
+    }
+
+    if let Some(Pause { duration }) = &spec.strategy.contract.pause
+        && spec_duration(duration).is_none()
+    {
+        report(
+            "spec.strategy.contract.pause.duration".into(),
+            "must be a duration".into(),
+        );
+    }
+    errors
+}

@@ -1,0 +1,690 @@
+//! One test per rollout rule, each driving the pure engine with a fake clock through the
+//! simulated world in `support`.
+
+mod support;
+
+use std::time::Duration;
+
+use configrollout::api::{
+    GateVerdict, RevisionStep, RolloutPhase, SampleVerdict, StageState, conditions,
+};
+use configrollout::engine::{Action, MAX_SAMPLES_PER_GATE, step, validate};
+use configrollout::gates::QueryResult;
+use serde_json::json;
+use support::{World, spec};
+
+fn three_stages() -> serde_json::Value {
+    json!({
+        "stages": [
+            {"name": "canary", "regions": {"names": ["c1"]}},
+            {"name": "wave1", "regions": {"names": ["w1", "w2"]}, "maxParallel": 2},
+            {"name": "wave2", "regions": {"names": ["x1", "x2", "x3"]}},
+        ]
+    })
+}
+
+const ALL: [&str; 6] = ["c1", "w1", "w2", "x1", "x2", "x3"];
+
+fn stage_of(region: &str) -> usize {
+    match region {
+        "c1" => 0,
+        "w1" | "w2" => 1,
+        _ => 2,
+    }
+}
+
+#[test]
+fn revisions_are_numbered_from_r1_and_history_is_bounded() {
+    let mut value = three_stages();
+    value["revisionHistoryLimit"] = json!(2);
+    let mut world = World::new(spec(value), &ALL);
+    let decision = world.tick();
+    assert_eq!(world.status.revision.as_deref(), Some("r1"));
+    assert!(decision.actions.iter().any(|action| matches!(
+        action,
+        Action::DeclareRevision { name, digest, .. } if name == "r1" && digest == "digest-1"
+    )));
+    for (index, digest) in ["digest-2", "digest-3"].into_iter().enumerate() {
+        world.desired.digest = digest.into();
+        world.tick();
+        assert_eq!(
+            world.status.revision.as_deref(),
+            Some(format!("r{}", index + 2).as_str())
+        );
+    }
+    let names: Vec<_> = world
+        .status
+        .history
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, ["r2", "r3"]);
+    assert_eq!(
+        world.status.history[0].outcome.as_deref(),
+        Some("Superseded")
+    );
+    // The same desired digest declares nothing new.
+    let decision = world.tick();
+    assert!(
+        !decision
+            .actions
+            .iter()
+            .any(|action| matches!(action, Action::DeclareRevision { .. }))
+    );
+}
+
+#[test]
+fn stages_run_in_order_and_the_rollout_completes() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert!(world.condition_true(conditions::COMPLETE));
+    let order: Vec<usize> = world
+        .publishes()
+        .iter()
+        .map(|(region, ..)| stage_of(region))
+        .collect();
+    assert_eq!(order.len(), ALL.len());
+    assert!(order.windows(2).all(|pair| pair[0] <= pair[1]), "{order:?}");
+    assert_eq!(world.status.progress.as_deref(), Some("6/6"));
+    assert_eq!(world.status.history[0].outcome.as_deref(), Some("Complete"));
+}
+
+#[test]
+fn max_parallel_bounds_regions_in_flight() {
+    for (max_parallel, expected_first_batch) in [(1, 1), (2, 2), (5, 3)] {
+        let mut world = World::new(
+            spec(
+                json!({"stages": [{"name": "all", "regions": {"names": ["a", "b", "c"]},
+                                     "maxParallel": max_parallel}]}),
+            ),
+            &["a", "b", "c"],
+        );
+        for name in ["a", "b", "c"] {
+            world.region(name).stuck = true;
+        }
+        world.run(3, 5);
+        assert_eq!(
+            world.publishes().len(),
+            expected_first_batch,
+            "maxParallel {max_parallel}"
+        );
+        world.region("a").stuck = false;
+        // Publish again is needed only for a region the engine thinks is new in the
+        // window; unstick by applying directly, as a late read-back would.
+        world.apply(&Action::Publish {
+            region: "a".into(),
+            revision: "r1".into(),
+            step: RevisionStep::Single,
+        });
+        world.tick();
+        let published: Vec<_> = world.publishes().into_iter().map(|(r, ..)| r).collect();
+        assert_eq!(
+            published.len(),
+            (expected_first_batch + 1).min(3),
+            "maxParallel {max_parallel}: {published:?}"
+        );
+    }
+}
+
+#[test]
+fn a_stage_with_consumers_passes_only_when_they_are_activated() {
+    let mut value = three_stages();
+    value["consumers"] = json!([{"kind": "Deployment", "name": "api"}]);
+    let mut world = World::new(spec(value), &ALL);
+    for name in ALL {
+        world.region(name).consumers = 3;
+    }
+    world.run(4, 1);
+    assert_eq!(world.status.stages[0].state, StageState::Progressing);
+    assert!(world.status.regions[0].materialized.is_some());
+    assert!(world.status.regions[0].activated.is_none());
+    assert!(world.log.iter().any(|(_, action)| matches!(
+        action,
+        Action::RestartConsumers { region, .. } if region == "c1"
+    )));
+    for name in ALL {
+        world.region(name).activates = true;
+    }
+    // Counts arrive for c1 (its publish already happened).
+    world.region("c1").consumer_state = Some(configrollout::engine::ConsumerObservation {
+        revision: "r1".into(),
+        step: RevisionStep::Single,
+        total: 3,
+        delivered: 3,
+        activated: 3,
+    });
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    let counts = world.status.regions[0].consumers.unwrap();
+    assert_eq!((counts.total, counts.activated), (3, 3));
+}
+
+fn gated(gate: serde_json::Value) -> serde_json::Value {
+    let mut gate = gate;
+    gate["name"] = json!("errors");
+    gate.as_object_mut()
+        .unwrap()
+        .entry("query")
+        .or_insert(json!("sum(rate(errors{region=\"{{region}}\"}[1m]))"));
+    gate.as_object_mut()
+        .unwrap()
+        .entry("condition")
+        .or_insert(json!("result < 0.01"));
+    json!({
+        "gates": [gate],
+        "stages": [
+            {"name": "canary", "regions": {"names": ["c1"]}, "gates": ["errors"]},
+            {"name": "rest", "regions": {"names": ["r1"]}},
+        ]
+    })
+}
+
+#[test]
+fn a_gate_passes_after_count_successes_sampled_every_interval_after_initial_delay() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "30s", "count": 3, "initialDelay": "1m"}),
+        )),
+        &["c1", "r1"],
+    );
+    world.tick(); // declares and publishes c1
+    world.tick(); // c1 materialized: verifying
+    assert_eq!(world.status.stages[0].state, StageState::Verifying);
+    assert_eq!(
+        world.last.as_ref().unwrap().requeue_after,
+        Some(Duration::from_secs(60))
+    );
+    // Before the initial delay nothing is sampled.
+    world.advance(59);
+    world.tick();
+    assert!(world.status.stages[0].gates[0].samples.is_empty());
+    // Samples at 60s, 90s, 120s; ticks in between do not add samples.
+    for _ in 0..7 {
+        world.advance(10);
+        world.tick();
+    }
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.region.as_deref(), Some("c1"));
+    assert_eq!(window.successes, 3);
+    assert_eq!(window.verdict, Some(GateVerdict::Passed));
+    assert_eq!(world.status.stages[0].state, StageState::Passed);
+    let times: Vec<_> = window.samples.iter().map(|s| s.at.clone()).collect();
+    assert_eq!(times.len(), 3);
+    assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
+}
+
+#[test]
+fn a_gate_fails_closed_on_inconclusives_beyond_its_limit() {
+    let cases: [(&str, QueryResult); 3] = [
+        ("no data", QueryResult::Empty),
+        ("NaN", QueryResult::Scalar(f64::NAN)),
+        ("error", QueryResult::Error("prometheus unreachable".into())),
+    ];
+    for (label, result) in cases {
+        let mut world = World::new(
+            spec(gated(
+                json!({"interval": "10s", "count": 1, "inconclusiveLimit": 2}),
+            )),
+            &["c1", "r1"],
+        );
+        world.metric = Box::new(move |_, _| result.clone());
+        world.run(8, 10);
+        let window = &world.status.stages[0].gates[0];
+        assert_eq!(window.verdict, Some(GateVerdict::Failed), "{label}");
+        assert_eq!(window.inconclusives, 3, "{label}");
+        assert_eq!(world.status.phase, Some(RolloutPhase::Halted), "{label}");
+        assert!(
+            !world.publishes().iter().any(|(region, ..)| region == "r1"),
+            "{label}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_gate_halts_and_the_reason_names_gate_region_and_sample() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 5, "failureLimit": 1}),
+        )),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.5));
+    world.run(6, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    assert_eq!(world.status.stages[0].state, StageState::Failed);
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "GateFailed");
+    assert!(halted.message.contains("gate errors"), "{}", halted.message);
+    assert!(halted.message.contains("region c1"), "{}", halted.message);
+    assert!(halted.message.contains("value 0.5"), "{}", halted.message);
+    assert_eq!(world.status.stages[0].gates[0].failures, 2);
+    // Halted publishes nothing more, whatever time passes.
+    let before = world.publishes().len();
+    world.run(5, 600);
+    assert_eq!(world.publishes().len(), before);
+}
+
+#[test]
+fn a_stage_wide_gate_is_sampled_once_for_the_stage() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"query": "sum(rate(errors[1m]))", "interval": "10s"}),
+        )),
+        &["c1", "r1"],
+    );
+    world.run(4, 10);
+    let windows = &world.status.stages[0].gates;
+    assert_eq!(windows.len(), 1);
+    assert_eq!(windows[0].region, None);
+    assert_eq!(windows[0].verdict, Some(GateVerdict::Passed));
+}
+
+#[test]
+fn gate_samples_kept_in_status_are_bounded() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 50, "failureLimit": 100}),
+        )),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.5));
+    world.run(40, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert!(window.failures > MAX_SAMPLES_PER_GATE as i32);
+    assert_eq!(window.samples.len(), MAX_SAMPLES_PER_GATE);
+    assert!(
+        window
+            .samples
+            .iter()
+            .all(|s| s.verdict == SampleVerdict::Failed)
+    );
+}
+
+#[test]
+fn a_pause_bakes_the_stage_before_the_next_one_starts() {
+    let mut world = World::new(
+        spec(json!({"stages": [
+            {"name": "canary", "regions": {"names": ["c1"]}, "pause": {"duration": "5m"}},
+            {"name": "rest", "regions": {"names": ["r1"]}},
+        ]})),
+        &["c1", "r1"],
+    );
+    world.tick();
+    world.tick();
+    assert_eq!(world.status.stages[0].state, StageState::Baking);
+    assert_eq!(
+        world.last.as_ref().unwrap().requeue_after,
+        Some(Duration::from_secs(300))
+    );
+    world.advance(299);
+    world.tick();
+    assert!(!world.publishes().iter().any(|(region, ..)| region == "r1"));
+    world.advance(1);
+    world.tick();
+    assert_eq!(world.status.stages[0].state, StageState::Passed);
+    assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
+}
+
+#[test]
+fn a_stage_requiring_approval_waits_for_one_matching_stage_and_revision() {
+    let mut value = three_stages();
+    value["stages"][1]["approval"] = json!("Required");
+    let mut world = World::new(spec(value), &ALL);
+    world.run(4, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+    assert!(world.condition_true(conditions::AWAITING_APPROVAL));
+    assert_eq!(world.status.stages[1].state, StageState::AwaitingApproval);
+    // Wrong stage, wrong revision: still waiting.
+    world.approve("wrong-stage", "wave2", "r1");
+    world.approve("wrong-revision", "wave1", "r7");
+    world.run(3, 1);
+    assert!(
+        !world
+            .publishes()
+            .iter()
+            .any(|(region, ..)| stage_of(region) >= 1)
+    );
+    world.approve("ok", "wave1", "r1");
+    world.run(6, 1);
+    let record = world.status.stages[1].approval.as_ref().unwrap();
+    assert_eq!(
+        (record.name.as_str(), record.approver.as_str()),
+        ("ok", "alice")
+    );
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert!(!world.condition_true(conditions::AWAITING_APPROVAL));
+}
+
+#[test]
+fn spec_paused_publishes_nothing_until_resumed() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.tick();
+    world.spec.paused = true;
+    world.run(5, 60);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Paused));
+    assert!(world.condition_true(conditions::PAUSED));
+    assert_eq!(world.publishes().len(), 1);
+    world.spec.paused = false;
+    world.run(8, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert!(!world.condition_true(conditions::PAUSED));
+}
+
+#[test]
+fn an_exceeded_progress_deadline_fails_the_stage_naming_unreachable_regions() {
+    let mut world = World::new(
+        spec(
+            json!({"stages": [{"name": "all", "regions": {"names": ["a", "b"]},
+                                 "maxParallel": 2, "progressDeadline": "2m"}]}),
+        ),
+        &["a", "b"],
+    );
+    world.region("b").reachable = false;
+    world.tick();
+    assert!(world.last.as_ref().unwrap().requeue_after <= Some(Duration::from_secs(120)));
+    world.advance(119);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    world.advance(1);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "ProgressDeadlineExceeded");
+    assert!(
+        halted.message.contains("b (unreachable)"),
+        "{}",
+        halted.message
+    );
+}
+
+#[test]
+fn on_failure_rollback_reverts_reached_regions_last_stage_first() {
+    let mut value = three_stages();
+    value["onFailure"] = json!("Rollback");
+    value["stages"][2]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value), &ALL);
+    world.region("x3").stuck = true;
+    world.run(10, 10);
+    assert!(matches!(
+        world.status.phase,
+        Some(RolloutPhase::RollingBack | RolloutPhase::RolledBack)
+    ));
+    world.run(5, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
+    assert!(world.condition_true(conditions::ROLLED_BACK));
+    let rollbacks = world.rollbacks();
+    let mut sorted = rollbacks.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["c1", "w1", "w2", "x1", "x2", "x3"]);
+    let stages: Vec<usize> = rollbacks.iter().map(|region| stage_of(region)).collect();
+    assert!(
+        stages.windows(2).all(|pair| pair[0] >= pair[1]),
+        "{rollbacks:?}"
+    );
+    assert_eq!(
+        world.status.history[0].outcome.as_deref(),
+        Some("RolledBack")
+    );
+}
+
+#[test]
+fn a_rollback_reaches_only_stages_that_started() {
+    let mut value = three_stages();
+    value["onFailure"] = json!("Rollback");
+    value["stages"][1]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value), &ALL);
+    world.region("w2").stuck = true;
+    world.run(20, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
+    let mut rollbacks = world.rollbacks();
+    rollbacks.sort();
+    assert_eq!(rollbacks, ["c1", "w1", "w2"]);
+}
+
+#[test]
+fn a_revision_removing_keys_expands_then_contracts_through_every_stage() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.desired.keys_removed = 2;
+    world.run(20, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    let steps: Vec<RevisionStep> = world.publishes().into_iter().map(|(.., s)| s).collect();
+    assert_eq!(steps.len(), 12);
+    assert!(steps[..6].iter().all(|s| *s == RevisionStep::Expand));
+    assert!(steps[6..].iter().all(|s| *s == RevisionStep::Contract));
+}
+
+#[test]
+fn the_contract_step_waits_for_its_approval_and_pause() {
+    let mut value = three_stages();
+    value["strategy"] = json!({"contract": {"approval": "Required", "pause": {"duration": "10m"}}});
+    let mut world = World::new(spec(value), &ALL);
+    world.desired.keys_removed = 1;
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+    assert_eq!(world.status.current_stage.as_deref(), Some("contract"));
+    assert_eq!(
+        world
+            .condition(conditions::AWAITING_APPROVAL)
+            .unwrap()
+            .reason,
+        "ContractApprovalRequired"
+    );
+    world.approve("contract-ok", "contract", "r1");
+    world.run(3, 1);
+    assert_eq!(
+        world.status.step,
+        Some(RevisionStep::Expand),
+        "pause not over yet"
+    );
+    world.advance(600);
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert_eq!(world.status.step, Some(RevisionStep::Contract));
+}
+
+#[test]
+fn without_expand_contract_a_removal_goes_in_one_pass() {
+    let mut value = three_stages();
+    value["strategy"] = json!({"expandContract": "Disabled"});
+    let mut world = World::new(spec(value), &ALL);
+    world.desired.keys_removed = 1;
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert!(
+        world
+            .publishes()
+            .iter()
+            .all(|(.., s)| *s == RevisionStep::Single)
+    );
+}
+
+#[test]
+fn a_new_revision_mid_rollout_supersedes_and_starts_at_the_first_stage() {
+    let mut value = three_stages();
+    value["stages"][2]["approval"] = json!("Required");
+    let mut world = World::new(spec(value), &ALL);
+    world.run(5, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+    world.desired.digest = "digest-2".into();
+    let decision = world.tick();
+    assert_eq!(world.status.revision.as_deref(), Some("r2"));
+    assert_eq!(world.status.current_stage.as_deref(), Some("canary"));
+    let published: Vec<_> = decision
+        .actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Publish {
+                region, revision, ..
+            } => Some((region.as_str(), revision.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(published, [("c1", "r2")]);
+    assert_eq!(
+        world.status.history[0].outcome.as_deref(),
+        Some("Superseded")
+    );
+    assert!(
+        world
+            .status
+            .stages
+            .iter()
+            .skip(1)
+            .all(|s| s.state == StageState::Pending)
+    );
+}
+
+#[test]
+fn abort_halts_with_reason_aborted_and_a_later_retry_resumes() {
+    let mut value = three_stages();
+    value["stages"][1]["approval"] = json!("Required");
+    let mut world = World::new(spec(value), &ALL);
+    world.run(3, 1);
+    world.control.abort_requested_at = Some(world.now);
+    world.run(3, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    assert_eq!(world.halted_reason().as_deref(), Some("Aborted"));
+    world.approve("ok", "wave1", "r1");
+    world.run(3, 1);
+    assert_eq!(
+        world.publishes().len(),
+        1,
+        "an aborted rollout publishes nothing"
+    );
+    world.control.retry_requested_at = Some(world.now);
+    world.run(8, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+}
+
+#[test]
+fn retry_resumes_a_halted_rollout_from_its_failed_stage_once() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 1, "failureLimit": 0}),
+        )),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.5));
+    world.run(4, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    // Retry while the metric is still bad: resumes, fails again, and the same retry
+    // request does not resume it a second time.
+    world.control.retry_requested_at = Some(world.now);
+    world.run(4, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let retried = world
+        .log
+        .iter()
+        .filter(|(_, action)| matches!(action, Action::Event { reason, .. } if reason == "Retried"))
+        .count();
+    assert_eq!(retried, 1);
+    // Metric healthy, new retry: the failed stage passes and the rollout completes,
+    // without publishing the canary region again.
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.0));
+    world.control.retry_requested_at = Some(world.now);
+    world.run(5, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    let canary = world.publishes().iter().filter(|(r, ..)| r == "c1").count();
+    assert_eq!(canary, 1);
+}
+
+#[test]
+fn an_invalid_spec_is_reported_and_touches_no_region() {
+    let cases = [
+        ("condition", json!({"condition": "result <"})),
+        ("placeholder", json!({"query": "up{r=\"{{regoin}}\"}"})),
+        ("interval", json!({"interval": "0s"})),
+    ];
+    for (label, gate) in cases {
+        let mut world = World::new(spec(gated(gate)), &["c1", "r1"]);
+        world.run(3, 1);
+        assert!(world.condition_true(conditions::INVALID_SPEC), "{label}");
+        assert!(world.publishes().is_empty(), "{label}");
+        assert!(!validate(&world.spec).is_empty(), "{label}");
+        let message = &world.condition(conditions::INVALID_SPEC).unwrap().message;
+        assert!(message.contains("spec.gates[0]"), "{label}: {message}");
+    }
+}
+
+#[test]
+fn conditions_carry_observed_generation_and_keep_transition_time_until_they_flip() {
+    let mut value = three_stages();
+    value["stages"][1]["approval"] = json!("Required");
+    let mut world = World::new(spec(value), &ALL);
+    world.tick();
+    let first = world.condition(conditions::PROGRESSING).unwrap().clone();
+    assert_eq!(first.status, "True");
+    world.generation = 2;
+    world.advance(30);
+    world.run(3, 30);
+    let later = world.condition(conditions::PROGRESSING).unwrap();
+    assert_eq!(later.last_transition_time, first.last_transition_time);
+    assert_eq!(later.observed_generation, Some(2));
+    assert_eq!(world.status.observed_generation, Some(2));
+    let awaiting = world
+        .condition(conditions::AWAITING_APPROVAL)
+        .unwrap()
+        .clone();
+    assert_eq!(awaiting.status, "True");
+    assert!(awaiting.last_transition_time > first.last_transition_time);
+    for type_ in conditions::ROLLOUT_CONDITION_TYPES {
+        if type_ != conditions::DRIFTED {
+            assert!(world.condition(type_).is_some(), "{type_}");
+        }
+    }
+}
+
+#[test]
+fn stage_selectors_pick_regions_by_labels() {
+    let mut world = World::new(
+        spec(json!({"stages": [
+            {"name": "eu", "regions": {"selector": {"matchLabels": {"geo": "eu"}}}, "maxParallel": 5},
+            {"name": "rest", "regions": {"selector": {"matchExpressions": [
+                {"key": "geo", "operator": "NotIn", "values": ["eu"]}]}}, "maxParallel": 5},
+        ]})),
+        &["eu-1", "eu-2", "us-1"],
+    );
+    world.set_label("eu-1", "geo", "eu");
+    world.set_label("eu-2", "geo", "eu");
+    world.set_label("us-1", "geo", "us");
+    world.tick();
+    let published: Vec<_> = world.publishes().into_iter().map(|(r, ..)| r).collect();
+    assert_eq!(published, ["eu-1", "eu-2"]);
+    world.run(4, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert_eq!(world.status.regions.len(), 3);
+    assert_eq!(world.status.regions[2].stage.as_deref(), Some("rest"));
+}
+
+#[test]
+fn feeding_the_status_back_with_the_same_observations_publishes_nothing_new() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    for _ in 0..8 {
+        let observations = world.observations(Vec::new());
+        let first = step(&world.spec, &world.status, &observations, world.now);
+        let again = step(&world.spec, &first.status, &observations, world.now);
+        let publishes = again
+            .actions
+            .iter()
+            .filter(|action| matches!(action, Action::Publish { .. } | Action::Rollback { .. }))
+            .count();
+        assert_eq!(publishes, 0, "{:?}", again.actions);
+        world.tick();
+        world.advance(1);
+    }
+}
+
+#[test]
+fn requeue_after_is_the_soonest_timer() {
+    let mut value = gated(json!({"interval": "45s", "count": 2}));
+    value["stages"][0]["progressDeadline"] = json!("30s");
+    let mut world = World::new(spec(value), &["c1", "r1"]);
+    world.region("c1").stuck = true;
+    let decision = world.tick();
+    // Waiting on a region: poll, bounded by the deadline.
+    assert_eq!(decision.requeue_after, Some(Duration::from_secs(10)));
+    world.advance(25);
+    let decision = world.tick();
+    assert_eq!(decision.requeue_after, Some(Duration::from_secs(5)));
+}

@@ -1,0 +1,278 @@
+//! A tiny simulated world for engine tests: fake regions that apply the engine's
+//! actions, a fake clock, fake gate metrics, and the reconcile loop that ties them
+//! together (gates_due, then step, then apply actions, then keep the status).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, conditions};
+use configrollout::engine::{
+    Action, AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Decision,
+    DesiredRevision, GateSampleObservation, Observations, RegionObservation, gates_due, step,
+};
+use configrollout::gates::QueryResult;
+use serde_json::{Value, json};
+
+/// A fixed start time for every test.
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).single().unwrap()
+}
+
+/// A spec from compact JSON, with `target` and `data` filled in.
+pub fn spec(mut value: Value) -> ConfigRolloutSpec {
+    let object = value.as_object_mut().unwrap();
+    object
+        .entry("target")
+        .or_insert(json!({"namespace": "app", "name": "app-config"}));
+    object.entry("data").or_insert(json!({"k": "v"}));
+    serde_json::from_value(value).unwrap()
+}
+
+/// A region of the fake world.
+#[derive(Debug, Clone, Default)]
+pub struct FakeRegion {
+    pub labels: BTreeMap<String, String>,
+    pub reachable: bool,
+    /// Publishes are accepted but never read back (a stuck region).
+    pub stuck: bool,
+    pub applied: Option<AppliedRevision>,
+    pub rolled_back: Option<String>,
+    /// Consumer instances; activated after publish when `activates` is true.
+    pub consumers: u32,
+    pub activates: bool,
+    pub consumer_state: Option<ConsumerObservation>,
+}
+
+/// What a gate query returns in the fake world.
+pub type Metric = Box<dyn Fn(&str, Option<&str>) -> QueryResult>;
+
+/// The simulated world.
+pub struct World {
+    pub spec: ConfigRolloutSpec,
+    pub status: ConfigRolloutStatus,
+    pub now: DateTime<Utc>,
+    pub generation: i64,
+    pub desired: DesiredRevision,
+    pub regions: BTreeMap<String, FakeRegion>,
+    pub approvals: Vec<ApprovalObservation>,
+    pub control: Control,
+    pub metric: Metric,
+    /// Every action ever returned, with the time of the step.
+    pub log: Vec<(DateTime<Utc>, Action)>,
+    pub last: Option<Decision>,
+    stamp_counter: u64,
+}
+
+impl World {
+    /// A world with the given regions (reachable, no consumers), all gates succeeding.
+    pub fn new(spec: ConfigRolloutSpec, regions: &[&str]) -> Self {
+        let regions = regions
+            .iter()
+            .map(|name| {
+                (
+                    name.to_string(),
+                    FakeRegion {
+                        reachable: true,
+                        ..FakeRegion::default()
+                    },
+                )
+            })
+            .collect();
+        World {
+            spec,
+            status: ConfigRolloutStatus::default(),
+            now: t0(),
+            generation: 1,
+            desired: DesiredRevision {
+                digest: "digest-1".into(),
+                keys_set: 1,
+                keys_removed: 0,
+            },
+            regions,
+            approvals: Vec::new(),
+            control: Control::default(),
+            metric: Box::new(|_, _| QueryResult::Scalar(0.0)),
+            log: Vec::new(),
+            last: None,
+            stamp_counter: 0,
+        }
+    }
+
+    pub fn region(&mut self, name: &str) -> &mut FakeRegion {
+        self.regions.get_mut(name).unwrap()
+    }
+
+    pub fn set_label(&mut self, region: &str, key: &str, value: &str) {
+        self.region(region)
+            .labels
+            .insert(key.to_string(), value.to_string());
+    }
+
+    /// Samples the gates due now, as the reconcile would.
+    fn samples(&self) -> Vec<GateSampleObservation> {
+        gates_due(&self.spec, &self.status, self.now)
+            .into_iter()
+            .map(|request| GateSampleObservation {
+                result: (self.metric)(&request.gate, request.region.as_deref()),
+                gate: request.gate,
+                stage: request.stage,
+                revision: request.revision,
+                region: request.region,
+                at: self.now,
+            })
+            .collect()
+    }
+
+    /// What the reconcile would observe now, with the given samples.
+    pub fn observations(&mut self, gate_samples: Vec<GateSampleObservation>) -> Observations {
+        self.stamp_counter += 1;
+        Observations {
+            generation: self.generation,
+            desired: self.desired.clone(),
+            fresh_stamp: format!("{}-0-rollout:app/demo", self.stamp_counter),
+            regions: self
+                .regions
+                .iter()
+                .map(|(name, region)| RegionObservation {
+                    name: name.clone(),
+                    labels: region.labels.clone(),
+                    reachable: region.reachable,
+                    last_error: (!region.reachable).then(|| "connection refused".to_string()),
+                    applied: region.reachable.then(|| region.applied.clone()).flatten(),
+                    rolled_back: region.rolled_back.clone(),
+                    consumers: region.consumer_state.clone(),
+                })
+                .collect(),
+            gate_samples,
+            approvals: self.approvals.clone(),
+            control: self.control.clone(),
+            spec_errors: Vec::new(),
+        }
+    }
+
+    /// One reconcile: sample due gates, step, apply the actions, keep the status.
+    pub fn tick(&mut self) -> Decision {
+        let samples = self.samples();
+        let observations = self.observations(samples);
+        let decision = step(&self.spec, &self.status, &observations, self.now);
+        for action in &decision.actions {
+            self.log.push((self.now, action.clone()));
+            self.apply(action);
+        }
+        self.status = decision.status.clone();
+        self.last = Some(decision.clone());
+        decision
+    }
+
+    /// Applies one action to the fake regions.
+    pub fn apply(&mut self, action: &Action) {
+        match action {
+            Action::Publish {
+                region,
+                revision,
+                step,
+            } => {
+                let Some(fake) = self.regions.get_mut(region) else {
+                    return;
+                };
+                if !fake.reachable || fake.stuck {
+                    return;
+                }
+                fake.applied = Some(AppliedRevision {
+                    revision: revision.clone(),
+                    step: *step,
+                    digest: format!("live-{revision}-{step:?}"),
+                });
+                if fake.activates {
+                    fake.consumer_state = Some(ConsumerObservation {
+                        revision: revision.clone(),
+                        step: *step,
+                        total: fake.consumers,
+                        delivered: fake.consumers,
+                        activated: fake.consumers,
+                    });
+                }
+            }
+            Action::Rollback { region, revision } => {
+                if let Some(fake) = self.regions.get_mut(region)
+                    && fake.reachable
+                {
+                    fake.rolled_back = Some(revision.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Advances the fake clock.
+    pub fn advance(&mut self, seconds: i64) {
+        self.now += TimeDelta::seconds(seconds);
+    }
+
+    /// Ticks, then advances the clock, `times` times.
+    pub fn run(&mut self, times: usize, seconds: i64) {
+        for _ in 0..times {
+            self.tick();
+            self.advance(seconds);
+        }
+    }
+
+    /// Publishes ever logged, as (region, revision, step).
+    pub fn publishes(&self) -> Vec<(String, String, RevisionStep)> {
+        self.log
+            .iter()
+            .filter_map(|(_, action)| match action {
+                Action::Publish {
+                    region,
+                    revision,
+                    step,
+                } => Some((region.clone(), revision.clone(), *step)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn rollbacks(&self) -> Vec<String> {
+        self.log
+            .iter()
+            .filter_map(|(_, action)| match action {
+                Action::Rollback { region, .. } => Some(region.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn approve(&mut self, name: &str, stage: &str, revision: &str) {
+        self.approvals.push(ApprovalObservation {
+            name: name.to_string(),
+            stage: stage.to_string(),
+            revision: revision.to_string(),
+            approver: "alice".to_string(),
+            reason: Some("looks good".to_string()),
+            created_at: self.now,
+        });
+    }
+
+    pub fn condition(
+        &self,
+        type_: &str,
+    ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        self.status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == type_)
+    }
+
+    pub fn condition_true(&self, type_: &str) -> bool {
+        self.condition(type_)
+            .is_some_and(|condition| condition.status == "True")
+    }
+
+    pub fn halted_reason(&self) -> Option<String> {
+        self.condition(conditions::HALTED)
+            .filter(|condition| condition.status == "True")
+            .map(|condition| condition.reason.clone())
+    }
+}
