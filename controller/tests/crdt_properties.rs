@@ -454,12 +454,11 @@ proptest! {
         second in "[a-z]{1,4}",
     ) {
         prop_assume!(first != second);
-        let entry = |value: &str| {
-            format!("[\"{key}\",\"{value}\",{},{},\"{}\"]", stamp.wall_ms, stamp.logical, stamp.writer)
-        };
         let text = format!(
-            "{{\"v\":{FORMAT_VERSION},\"frontiers\":[[{},{},\"{}\"]],\"entries\":[{},{}]}}",
-            stamp.wall_ms, stamp.logical, stamp.writer, entry(&first), entry(&second)
+            "{{\"v\":{FORMAT_VERSION},\"writers\":[\"{w}\"],\"frontiers\":[[{wall},{logical}]],\"stamps\":[[{wall},{logical},0]],\"entries\":[[\"{key}\",\"{first}\",0],[\"{key}\",\"{second}\",0]]}}",
+            w = stamp.writer,
+            wall = stamp.wall_ms,
+            logical = stamp.logical,
         );
         let is_conflict = matches!(decode(&text), Err(CodecError::StampConflict { .. }));
         prop_assert!(is_conflict);

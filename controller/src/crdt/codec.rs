@@ -4,22 +4,28 @@
 //! Format version 1, one JSON document:
 //!
 //! ```text
-//! {"v":1,"frontiers":[[wall_ms,logical,"writer"],...],"entries":[["key","value"|null,wall_ms,logical,"writer"],...]}
+//! {"v":1,
+//!  "writers":["override:alice","rollout:payments/api"],   sorted, unique
+//!  "frontiers":[[wall_ms,logical],...],                   one per writer (replica only)
+//!  "stamps":[[wall_ms,logical,writer_index],...],          sorted, unique, each used
+//!  "entries":[["key","value"|null,stamp_index],...]}       sorted by key (byte order)
 //! ```
 //!
-//! `frontiers` sorted by writer, `entries` by key (byte order); a delta has no `frontiers`.
-//! Encoding is canonical: the same state always gives the same bytes (no whitespace,
-//! strings escaped as `serde_json` does: `"`, `\` and control characters only), so the
-//! ConfigMap is rewritten only when the state changes.
+//! Writers and stamps are tables because the entries of one revision share one stamp:
+//! spelling the stamp once instead of on each entry is what lets a 10k-key replica with
+//! realistic keys and values fit in one ConfigMap. Encoding is canonical: the same state
+//! always gives the same bytes (no whitespace, strings escaped as `serde_json` does: `"`,
+//! `\`, control characters only), so the ConfigMap is rewritten only when the state changes.
 //!
 //! Decoding never panics and names what is wrong. It accepts any JSON spelling of the same
 //! document (whitespace, `\u` escapes) but refuses what a correct encoder never writes:
-//! unsorted or repeated keys, two values under one stamp, entries beyond their writer's
-//! frontier, invalid writer ids, unknown fields, unknown versions, oversized input.
+//! unsorted or repeated keys, writers or stamps, table entries nothing uses, indexes out
+//! of range, two values under one stamp, stamps beyond their writer's frontier, invalid
+//! writer ids, unknown fields, unknown versions, oversized input.
 //! Error messages carry keys and writer ids, never values.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -42,30 +48,53 @@ pub const MAX_DECODED_BYTES: usize = KUBERNETES_OBJECT_LIMIT;
 
 /// Encodes a replica canonically; fails if the result would not fit in a ConfigMap.
 pub fn encode(replica: &Replica) -> Result<String, CodecError> {
+    let tables = Tables::new(replica.iter(), replica.frontiers().keys());
     let mut out = String::with_capacity(estimate(replica.len()));
-    out.push_str("{\"v\":1,\"frontiers\":[");
-    for (index, (writer, stamp)) in replica.frontiers().iter().enumerate() {
+    out.push_str("{\"v\":1,");
+    tables.push_writers(&mut out);
+    out.push_str(",\"frontiers\":[");
+    for (index, writer) in tables.writers.iter().enumerate() {
         if index > 0 {
             out.push(',');
         }
+        // Every writer of an entry has a frontier (apply and merge keep it so); the
+        // fallback keeps the output decodable if that were ever not the case.
+        let frontier = replica
+            .frontier_of(writer)
+            .into_iter()
+            .chain(
+                tables
+                    .stamps
+                    .iter()
+                    .copied()
+                    .filter(|s| s.writer == **writer),
+            )
+            .max();
         out.push('[');
-        push_number(&mut out, stamp.wall_ms);
-        out.push(',');
-        push_number(&mut out, u64::from(stamp.logical));
-        out.push(',');
-        push_string(&mut out, writer.as_str());
+        if let Some(frontier) = frontier {
+            push_number(&mut out, frontier.wall_ms);
+            out.push(',');
+            push_number(&mut out, u64::from(frontier.logical));
+        }
         out.push(']');
     }
     out.push_str("],");
-    push_entries(&mut out, replica.iter());
+    tables.push_stamps(&mut out);
+    out.push(',');
+    tables.push_entries(&mut out, replica.iter());
     finish(out)
 }
 
 /// Encodes a delta canonically; fails if the result would not fit in a ConfigMap.
 pub fn encode_delta(delta: &Delta) -> Result<String, CodecError> {
+    let tables = Tables::new(delta.iter(), std::iter::empty());
     let mut out = String::with_capacity(estimate(delta.len()));
     out.push_str("{\"v\":1,");
-    push_entries(&mut out, delta.iter());
+    tables.push_writers(&mut out);
+    out.push(',');
+    tables.push_stamps(&mut out);
+    out.push(',');
+    tables.push_entries(&mut out, delta.iter());
     finish(out)
 }
 
@@ -73,8 +102,33 @@ pub fn encode_delta(delta: &Delta) -> Result<String, CodecError> {
 pub fn decode(text: &str) -> Result<Replica, CodecError> {
     check_version(text)?;
     let wire: WireReplica<'_> = serde_json::from_str(text).map_err(malformed)?;
-    let frontiers = decode_frontiers(&wire.frontiers)?;
-    let entries = decode_entries(&wire.entries, Some(&frontiers))?;
+    let writers = decode_writers(&wire.writers)?;
+    if wire.frontiers.len() != writers.len() {
+        return Err(CodecError::FrontierCount {
+            writers: writers.len(),
+            frontiers: wire.frontiers.len(),
+        });
+    }
+    let frontiers: BTreeMap<WriterId, Stamp> = writers
+        .iter()
+        .zip(&wire.frontiers)
+        .map(|(writer, &(wall_ms, logical))| {
+            (writer.clone(), Stamp::new(wall_ms, logical, writer.clone()))
+        })
+        .collect();
+    let stamps = decode_stamps(&wire.stamps, &writers)?;
+    for (index, stamp) in stamps.iter().enumerate() {
+        if frontiers
+            .get(&stamp.writer)
+            .is_none_or(|frontier| frontier < stamp)
+        {
+            return Err(CodecError::FrontierBehindStamp {
+                index,
+                stamp: stamp.clone(),
+            });
+        }
+    }
+    let entries = decode_entries(&wire.entries, &stamps)?;
     Ok(Replica::from_validated_parts(entries, frontiers))
 }
 
@@ -82,16 +136,26 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
 pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
     check_version(text)?;
     let wire: WireDelta<'_> = serde_json::from_str(text).map_err(malformed)?;
-    let entries = decode_entries(&wire.entries, None)?;
-    Ok(Delta::from_sorted_entries(entries))
+    let writers = decode_writers(&wire.writers)?;
+    let stamps = decode_stamps(&wire.stamps, &writers)?;
+    for (index, writer) in writers.iter().enumerate() {
+        if !stamps.iter().any(|stamp| stamp.writer == *writer) {
+            return Err(CodecError::UnusedWriter {
+                index,
+                writer: writer.clone(),
+            });
+        }
+    }
+    let entries = decode_entries(&wire.entries, &stamps)?;
+    Ok(Delta::from_sorted_entries(entries.into_iter().collect()))
 }
 
 fn estimate(entries: usize) -> usize {
-    64 + entries.saturating_mul(96)
+    128 + entries.saturating_mul(80)
 }
 
 fn finish(mut out: String) -> Result<String, CodecError> {
-    out.push_str("]}");
+    out.push('}');
     if out.len() > MAX_ENCODED_BYTES {
         return Err(CodecError::TooLarge {
             size: out.len(),
@@ -101,25 +165,106 @@ fn finish(mut out: String) -> Result<String, CodecError> {
     Ok(out)
 }
 
-fn push_entries<'a>(out: &mut String, entries: impl Iterator<Item = (&'a str, &'a Entry)>) {
-    out.push_str("\"entries\":[");
-    for (index, (key, entry)) in entries.enumerate() {
-        if index > 0 {
+/// The writer and stamp tables of a document, sorted.
+struct Tables<'a> {
+    writers: Vec<&'a WriterId>,
+    stamps: Vec<&'a Stamp>,
+    stamp_index: BTreeMap<&'a Stamp, usize>,
+}
+
+impl<'a> Tables<'a> {
+    fn new(
+        entries: impl Iterator<Item = (&'a str, &'a Entry)>,
+        extra_writers: impl Iterator<Item = &'a WriterId>,
+    ) -> Self {
+        let mut stamp_index: BTreeMap<&'a Stamp, usize> = BTreeMap::new();
+        // Entries of one revision are often adjacent: skip the map for repeats.
+        let mut last: Option<&'a Stamp> = None;
+        for (_, entry) in entries {
+            if last != Some(&entry.stamp) {
+                stamp_index.insert(&entry.stamp, 0);
+                last = Some(&entry.stamp);
+            }
+        }
+        let mut writers: Vec<&'a WriterId> = extra_writers
+            .chain(stamp_index.keys().map(|stamp| &stamp.writer))
+            .collect();
+        writers.sort_unstable();
+        writers.dedup();
+        let stamps: Vec<&'a Stamp> = stamp_index.keys().copied().collect();
+        for (index, slot) in stamp_index.values_mut().enumerate() {
+            *slot = index;
+        }
+        Self {
+            writers,
+            stamps,
+            stamp_index,
+        }
+    }
+
+    fn push_writers(&self, out: &mut String) {
+        out.push_str("\"writers\":[");
+        for (index, writer) in self.writers.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            push_string(out, writer.as_str());
+        }
+        out.push(']');
+    }
+
+    fn push_stamps(&self, out: &mut String) {
+        out.push_str("\"stamps\":[");
+        for (index, stamp) in self.stamps.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            let writer_index = self
+                .writers
+                .binary_search(&&stamp.writer)
+                .unwrap_or_default();
+            out.push('[');
+            push_number(out, stamp.wall_ms);
             out.push(',');
+            push_number(out, u64::from(stamp.logical));
+            out.push(',');
+            push_number(out, writer_index as u64);
+            out.push(']');
         }
-        out.push('[');
-        push_string(out, key);
-        out.push(',');
-        match entry.value() {
-            Some(value) => push_string(out, value),
-            None => out.push_str("null"),
+        out.push(']');
+    }
+
+    fn push_entries<'e>(
+        &self,
+        out: &mut String,
+        entries: impl Iterator<Item = (&'e str, &'e Entry)>,
+    ) {
+        out.push_str("\"entries\":[");
+        let mut last: Option<(&Stamp, usize)> = None;
+        for (index, (key, entry)) in entries.enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            let stamp_index = match last {
+                Some((stamp, at)) if *stamp == entry.stamp => at,
+                _ => self
+                    .stamp_index
+                    .get(&entry.stamp)
+                    .copied()
+                    .unwrap_or_default(),
+            };
+            last = Some((&entry.stamp, stamp_index));
+            out.push('[');
+            push_string(out, key);
+            out.push(',');
+            match entry.value() {
+                Some(value) => push_string(out, value),
+                None => out.push_str("null"),
+            }
+            out.push(',');
+            push_number(out, stamp_index as u64);
+            out.push(']');
         }
-        out.push(',');
-        push_number(out, entry.stamp.wall_ms);
-        out.push(',');
-        push_number(out, u64::from(entry.stamp.logical));
-        out.push(',');
-        push_string(out, entry.stamp.writer.as_str());
         out.push(']');
     }
 }
@@ -175,7 +320,9 @@ struct WireReplica<'a> {
     #[allow(dead_code)] // checked by the probe
     v: u64,
     #[serde(borrow)]
-    frontiers: Vec<WireFrontier<'a>>,
+    writers: Vec<Cow<'a, str>>,
+    frontiers: Vec<(u64, u32)>,
+    stamps: Vec<(u64, u32, usize)>,
     #[serde(borrow)]
     entries: Vec<WireEntry<'a>>,
 }
@@ -186,19 +333,17 @@ struct WireDelta<'a> {
     #[allow(dead_code)] // checked by the probe
     v: u64,
     #[serde(borrow)]
+    writers: Vec<Cow<'a, str>>,
+    stamps: Vec<(u64, u32, usize)>,
+    #[serde(borrow)]
     entries: Vec<WireEntry<'a>>,
 }
-
-#[derive(Deserialize)]
-struct WireFrontier<'a>(u64, u32, #[serde(borrow)] Cow<'a, str>);
 
 #[derive(Deserialize)]
 struct WireEntry<'a>(
     #[serde(borrow)] Cow<'a, str>,
     #[serde(borrow)] Option<Cow<'a, str>>,
-    u64,
-    u32,
-    #[serde(borrow)] Cow<'a, str>,
+    usize,
 );
 
 /// Size first (cheap), then the version alone, so a document of another version is
@@ -221,88 +366,89 @@ fn check_version(text: &str) -> Result<(), CodecError> {
     }
 }
 
-fn decode_frontiers(wire: &[WireFrontier<'_>]) -> Result<BTreeMap<WriterId, Stamp>, CodecError> {
-    let mut frontiers = BTreeMap::new();
-    let mut previous: Option<&str> = None;
-    for (index, WireFrontier(wall_ms, logical, writer)) in wire.iter().enumerate() {
-        if previous.is_some_and(|previous| previous >= writer.as_ref()) {
-            return Err(CodecError::FrontierOrder {
+fn decode_writers(wire: &[Cow<'_, str>]) -> Result<Vec<WriterId>, CodecError> {
+    let mut writers: Vec<WriterId> = Vec::with_capacity(wire.len());
+    for (index, text) in wire.iter().enumerate() {
+        if index > 0 && wire[index - 1].as_ref() >= text.as_ref() {
+            return Err(CodecError::WriterOrder {
                 index,
-                writer: quoted(writer),
+                writer: quoted(text),
             });
         }
-        previous = Some(writer);
-        let writer = WriterId::parse(writer).map_err(|source| CodecError::InvalidWriter {
-            field: "frontiers",
-            index,
-            source,
-        })?;
-        frontiers.insert(writer.clone(), Stamp::new(*wall_ms, *logical, writer));
+        let writer =
+            WriterId::parse(text).map_err(|source| CodecError::InvalidWriter { index, source })?;
+        writers.push(writer);
     }
-    Ok(frontiers)
+    Ok(writers)
+}
+
+fn decode_stamps(
+    wire: &[(u64, u32, usize)],
+    writers: &[WriterId],
+) -> Result<Vec<Stamp>, CodecError> {
+    let mut stamps: Vec<Stamp> = Vec::with_capacity(wire.len());
+    for (index, &(wall_ms, logical, writer_index)) in wire.iter().enumerate() {
+        let writer = writers
+            .get(writer_index)
+            .ok_or(CodecError::StampWriterIndex {
+                index,
+                writer_index,
+                writers: writers.len(),
+            })?;
+        let stamp = Stamp::new(wall_ms, logical, writer.clone());
+        if stamps.last().is_some_and(|previous| *previous >= stamp) {
+            return Err(CodecError::StampOrder { index, stamp });
+        }
+        stamps.push(stamp);
+    }
+    Ok(stamps)
 }
 
 fn decode_entries(
     wire: &[WireEntry<'_>],
-    frontiers: Option<&BTreeMap<WriterId, Stamp>>,
-) -> Result<BTreeMap<Arc<str>, Entry>, CodecError> {
-    // One shared writer id per distinct writer, as in a replica built by merging.
-    let mut writers: HashMap<&str, WriterId> = frontiers
-        .into_iter()
-        .flat_map(|frontiers| frontiers.keys())
-        .map(|writer| (writer.as_str(), writer.clone()))
-        .collect();
+    stamps: &[Stamp],
+) -> Result<Vec<(Arc<str>, Entry)>, CodecError> {
+    let mut used = vec![false; stamps.len()];
     let mut sorted: Vec<(Arc<str>, Entry)> = Vec::with_capacity(wire.len());
-    let mut previous: Option<&WireEntry<'_>> = None;
     for (index, current) in wire.iter().enumerate() {
-        let WireEntry(key, value, wall_ms, logical, writer_text) = current;
-        if let Some(before) = previous {
-            check_order(index, before, current)?;
+        let WireEntry(key, value, stamp_index) = current;
+        let stamp = stamps
+            .get(*stamp_index)
+            .ok_or_else(|| CodecError::EntryStampIndex {
+                index,
+                key: quoted(key),
+                stamp_index: *stamp_index,
+                stamps: stamps.len(),
+            })?;
+        if let Some(before) = index.checked_sub(1).and_then(|at| wire.get(at)) {
+            check_order(index, before, current, stamp)?;
         }
-        previous = Some(current);
-        let writer = match writers.get(writer_text.as_ref()) {
-            Some(writer) => writer.clone(),
-            None => {
-                let writer =
-                    WriterId::parse(writer_text).map_err(|source| CodecError::InvalidWriter {
-                        field: "entries",
-                        index,
-                        source,
-                    })?;
-                writers.insert(writer_text, writer.clone());
-                writer
-            }
-        };
-        let stamp = Stamp::new(*wall_ms, *logical, writer);
-        if let Some(frontiers) = frontiers {
-            let covered = frontiers
-                .get(&stamp.writer)
-                .is_some_and(|frontier| *frontier >= stamp);
-            if !covered {
-                return Err(CodecError::FrontierBehindEntry {
-                    index,
-                    key: quoted(key),
-                    writer: stamp.writer,
-                });
-            }
-        }
+        used[*stamp_index] = true;
         let entry = Entry {
             value: value.as_deref().map(Arc::from),
-            stamp,
+            stamp: stamp.clone(),
         };
         sorted.push((Arc::from(key.as_ref()), entry));
     }
-    // Already sorted and unique: `from_iter` builds the tree in one pass.
-    Ok(sorted.into_iter().collect())
+    if let Some(index) = used.iter().position(|used| !used) {
+        return Err(CodecError::UnusedStamp {
+            index,
+            stamp: stamps[index].clone(),
+        });
+    }
+    Ok(sorted)
 }
 
 fn check_order(
     index: usize,
     before: &WireEntry<'_>,
     current: &WireEntry<'_>,
+    stamp: &Stamp,
 ) -> Result<(), CodecError> {
-    let (WireEntry(key, value, wall_ms, logical, writer), WireEntry(previous_key, ..)) =
-        (current, before);
+    let (
+        WireEntry(key, value, stamp_index),
+        WireEntry(previous_key, previous_value, previous_stamp),
+    ) = (current, before);
     match previous_key.as_ref().cmp(key.as_ref()) {
         std::cmp::Ordering::Less => Ok(()),
         std::cmp::Ordering::Greater => Err(CodecError::KeyOrder {
@@ -310,25 +456,17 @@ fn check_order(
             key: quoted(key),
             previous: quoted(previous_key),
         }),
-        std::cmp::Ordering::Equal => {
-            let WireEntry(_, previous_value, previous_wall, previous_logical, previous_writer) =
-                before;
-            let same_stamp =
-                (previous_wall, previous_logical, previous_writer) == (wall_ms, logical, writer);
-            match WriterId::parse(writer) {
-                Ok(writer) if same_stamp && previous_value != value => {
-                    Err(CodecError::StampConflict {
-                        index,
-                        key: quoted(key),
-                        stamp: Stamp::new(*wall_ms, *logical, writer),
-                    })
-                }
-                _ => Err(CodecError::DuplicateKey {
-                    index,
-                    key: quoted(key),
-                }),
-            }
+        std::cmp::Ordering::Equal if previous_stamp == stamp_index && previous_value != value => {
+            Err(CodecError::StampConflict {
+                index,
+                key: quoted(key),
+                stamp: stamp.clone(),
+            })
         }
+        std::cmp::Ordering::Equal => Err(CodecError::DuplicateKey {
+            index,
+            key: quoted(key),
+        }),
     }
 }
 
@@ -372,9 +510,13 @@ mod tests {
     fn sample() -> Replica {
         let mut delta = Delta::new();
         delta.set("b", "line\n\"quoted\"\u{1}é", stamp(10, "rollout:ns/app"));
+        delta.set("c", "3", stamp(10, "rollout:ns/app"));
         delta.remove("a", stamp(12, "override:alice"));
         let mut replica = Replica::new();
         replica.apply(&delta);
+        let mut older = Delta::new();
+        older.set("c", "old", stamp(4, "override:bob"));
+        replica.apply(&older);
         replica
     }
 
@@ -383,7 +525,11 @@ mod tests {
         let text = encode(&sample()).unwrap();
         assert_eq!(
             text,
-            r#"{"v":1,"frontiers":[[12,0,"override:alice"],[10,0,"rollout:ns/app"]],"entries":[["a",null,12,0,"override:alice"],["b","line\n\"quoted\"\u0001é",10,0,"rollout:ns/app"]]}"#
+            concat!(
+                r#"{"v":1,"writers":["override:alice","override:bob","rollout:ns/app"],"#,
+                r#""frontiers":[[12,0],[4,0],[10,0]],"stamps":[[10,0,2],[12,0,0]],"#,
+                r#""entries":[["a",null,1],["b","line\n\"quoted\"\u0001é",0],["c","3",0]]}"#
+            )
         );
         assert_eq!(decode(&text).unwrap(), sample());
         let spaced = text.replace(',', " ,\n ");
@@ -405,7 +551,7 @@ mod tests {
         let text = encode_delta(&delta).unwrap();
         assert_eq!(
             text,
-            r#"{"v":1,"entries":[["k","v",3,0,"rollout:ns/app"]]}"#
+            r#"{"v":1,"writers":["rollout:ns/app"],"stamps":[[3,0,0]],"entries":[["k","v",0]]}"#
         );
         assert_eq!(decode_delta(&text).unwrap(), delta);
         assert!(matches!(decode(&text), Err(CodecError::Malformed { .. })));
@@ -413,9 +559,12 @@ mod tests {
 
     #[test]
     fn refuses_what_a_correct_encoder_never_writes() {
-        let w = "\"rollout:ns/app\"";
-        let doc =
-            |entries: &str| format!(r#"{{"v":1,"frontiers":[[9,0,{w}]],"entries":[{entries}]}}"#);
+        let doc = |entries: &str| {
+            format!(
+                r#"{{"v":1,"writers":["override:a","rollout:ns/app"],"frontiers":[[9,0],[9,0]],"stamps":[[1,0,0],[2,0,1]],"entries":[{entries}]}}"#
+            )
+        };
+        let both = r#"["x","1",0],["y","1",1]"#;
         type Expectation = fn(&CodecError) -> bool;
         let cases: Vec<(String, Expectation)> = vec![
             (r#"{"v":2,"entries":[]}"#.into(), |e| {
@@ -427,78 +576,126 @@ mod tests {
             ("{\"v\":1,".into(), |e| {
                 matches!(e, CodecError::Malformed { .. })
             }),
-            (r#"{"v":1,"v":1,"frontiers":[],"entries":[]}"#.into(), |e| {
-                matches!(e, CodecError::Malformed { .. })
+            (
+                r#"{"v":1,"v":1,"writers":[],"frontiers":[],"stamps":[],"entries":[]}"#.into(),
+                |e| matches!(e, CodecError::Malformed { .. }),
+            ),
+            (
+                r#"{"v":1,"writers":[],"frontiers":[],"stamps":[],"entries":[],"x":0}"#.into(),
+                |e| matches!(e, CodecError::Malformed { .. }),
+            ),
+            (doc(r#"["y","1",0],["x","1",1]"#), |e| {
+                matches!(e, CodecError::KeyOrder { index: 1, .. })
             }),
-            (r#"{"v":1,"frontiers":[],"entries":[],"x":0}"#.into(), |e| {
-                matches!(e, CodecError::Malformed { .. })
+            (doc(r#"["x","1",0],["x","1",1]"#), |e| {
+                matches!(e, CodecError::DuplicateKey { index: 1, .. })
             }),
-            (
-                doc(&format!(r#"["b","1",1,0,{w}],["a","1",1,0,{w}]"#)),
-                |e| matches!(e, CodecError::KeyOrder { index: 1, .. }),
-            ),
-            (
-                doc(&format!(r#"["a","1",1,0,{w}],["a","1",2,0,{w}]"#)),
-                |e| matches!(e, CodecError::DuplicateKey { index: 1, .. }),
-            ),
-            (
-                doc(&format!(r#"["a","1",1,0,{w}],["a","2",1,0,{w}]"#)),
-                |e| matches!(e, CodecError::StampConflict { index: 1, .. }),
-            ),
-            (doc(r#"["a","1",1,0,"root"]"#), |e| {
+            (doc(r#"["x","1",0],["x","2",0],["y","1",1]"#), |e| {
+                matches!(e, CodecError::StampConflict { index: 1, .. })
+            }),
+            (doc(r#"["x","1",0],["y","1",2]"#), |e| {
                 matches!(
                     e,
-                    CodecError::InvalidWriter {
-                        field: "entries",
-                        index: 0,
+                    CodecError::EntryStampIndex {
+                        index: 1,
+                        stamp_index: 2,
                         ..
                     }
                 )
             }),
-            (doc(&format!(r#"["a","1",10,0,{w}]"#)), |e| {
-                matches!(e, CodecError::FrontierBehindEntry { index: 0, .. })
+            (doc(r#"["x","1",0]"#), |e| {
+                matches!(e, CodecError::UnusedStamp { index: 1, .. })
             }),
-            (doc(r#"["a","1",1,0,"override:bob"]"#), |e| {
-                matches!(e, CodecError::FrontierBehindEntry { index: 0, .. })
+            (doc(both).replace("override:a", "root"), |e| {
+                matches!(e, CodecError::InvalidWriter { index: 0, .. })
+            }),
+            (doc(both).replace("override:a", "rollout:zz/z"), |e| {
+                matches!(e, CodecError::WriterOrder { index: 1, .. })
+            }),
+            (doc(both).replace("[[9,0],[9,0]]", "[[9,0]]"), |e| {
+                matches!(
+                    e,
+                    CodecError::FrontierCount {
+                        writers: 2,
+                        frontiers: 1
+                    }
+                )
+            }),
+            (doc(both).replace("[[9,0],[9,0]]", "[[0,5],[9,0]]"), |e| {
+                matches!(e, CodecError::FrontierBehindStamp { index: 0, .. })
             }),
             (
-                r#"{"v":1,"frontiers":[[1,0,"override:b"],[1,0,"override:a"]],"entries":[]}"#
-                    .into(),
-                |e| matches!(e, CodecError::FrontierOrder { index: 1, .. }),
+                doc(both).replace("[[1,0,0],[2,0,1]]", "[[2,0,1],[1,0,0]]"),
+                |e| matches!(e, CodecError::StampOrder { index: 1, .. }),
             ),
-            (doc(&format!(r#"["a","1",1,4294967296,{w}]"#)), |e| {
+            (
+                doc(both).replace("[[1,0,0],[2,0,1]]", "[[1,0,0],[2,0,7]]"),
+                |e| {
+                    matches!(
+                        e,
+                        CodecError::StampWriterIndex {
+                            index: 1,
+                            writer_index: 7,
+                            ..
+                        }
+                    )
+                },
+            ),
+            (doc(both).replace("[1,0,0]", "[1,4294967296,0]"), |e| {
                 matches!(e, CodecError::Malformed { .. })
             }),
             (" ".repeat(MAX_DECODED_BYTES + 1), |e| {
                 matches!(e, CodecError::TooLarge { .. })
             }),
         ];
+        assert!(
+            decode(&doc(both)).is_ok(),
+            "the template itself must be valid"
+        );
         for (text, expected) in cases {
             let error = decode(&text).unwrap_err();
             assert!(
                 expected(&error),
                 "{} gave {error}",
-                &text[..text.len().min(120)]
+                &text[..text.len().min(160)]
             );
         }
+        let unused = r#"{"v":1,"writers":["override:a","override:b"],"stamps":[[1,0,0]],"entries":[["x","1",0]]}"#;
+        assert!(matches!(
+            decode_delta(unused),
+            Err(CodecError::UnusedWriter { index: 1, .. })
+        ));
     }
 
     #[test]
     fn errors_never_quote_values() {
-        let text =
-            r#"{"v":1,"frontiers":[],"entries":[["k","hunter2","secret-ish",0,"override:a"]]}"#;
+        let text = r#"{"v":1,"writers":[],"frontiers":[],"stamps":[],"entries":[["k","hunter2","secret-ish"]]}"#;
         let error = decode(text).unwrap_err().to_string();
         assert!(error.contains("line 1"), "{error}");
         assert!(!error.contains("secret-ish"), "{error}");
-        let text = r#"{"v":1,"frontiers":[[1,0,"override:a"]],"entries":[["k","p1",1,0,"override:a"],["k","p2",1,0,"override:a"]]}"#;
+        let text = r#"{"v":1,"writers":["override:a"],"frontiers":[[1,0]],"stamps":[[1,0,0]],"entries":[["k","p1",0],["k","p2",0]]}"#;
         let error = decode(text).unwrap_err().to_string();
         assert!(!error.contains("p1") && !error.contains("p2"), "{error}");
     }
 
     #[test]
-    fn refuses_to_encode_beyond_the_object_limit() {
+    fn ten_thousand_realistic_keys_fit_but_not_a_mebibyte_of_values() {
+        let realistic: Delta = (0..10_000)
+            .map(|i| {
+                let key = format!("checkout.http.setting_{i:06}");
+                let value = format!("https://svc.internal:8443/{i:08}/abcdefgh");
+                (
+                    key,
+                    Entry::live(value, stamp(1_764_000_000_000, "rollout:ns/app")),
+                )
+            })
+            .collect();
+        let mut replica = Replica::new();
+        replica.apply(&realistic);
+        assert!(encode(&replica).is_ok());
+
         let value = "x".repeat(1024);
-        let delta: Delta = (0..1024)
+        let huge: Delta = (0..1024)
             .map(|i| {
                 (
                     format!("key-{i:04}"),
@@ -507,7 +704,7 @@ mod tests {
             })
             .collect();
         let mut replica = Replica::new();
-        replica.apply(&delta);
+        replica.apply(&huge);
         match encode(&replica) {
             Err(CodecError::TooLarge { size, limit }) => {
                 assert!(size > limit);

@@ -203,11 +203,26 @@ impl<K: Into<Arc<str>>> FromIterator<(K, Entry)> for Delta {
 
 /// One region's state of a configuration: every key with its winning entry (tombstones
 /// included), and the per-writer frontier of what it has merged.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Stored as a sorted run (a `Vec`, binary-searched) plus a small ordered overlay for keys
+/// added by deltas since the run was last rebuilt. Full-state merge is then a sequential
+/// merge-join of sorted memory (what a 50k-key anti-entropy merge needs), while applying a
+/// delta updates the run in place or inserts into the overlay, at a cost that grows with
+/// the delta. The overlay is folded into the run once it exceeds an eighth of it, so the
+/// amortised cost of an insert stays constant. Equality compares content, not layout.
+#[derive(Clone, Default)]
 pub struct Replica {
-    entries: Entries,
+    /// Sorted by key, keys unique.
+    run: Vec<(Arc<str>, Entry)>,
+    /// Keys not in `run`.
+    overlay: Entries,
     frontiers: BTreeMap<WriterId, Stamp>,
 }
+
+/// The overlay is folded into the run when larger than `run.len() / OVERLAY_FRACTION`
+/// and than `OVERLAY_MIN` (small replicas do not need the fold at all).
+const OVERLAY_FRACTION: usize = 8;
+const OVERLAY_MIN: usize = 256;
 
 impl Replica {
     /// An empty replica (a region that has merged nothing yet).
@@ -217,34 +232,38 @@ impl Replica {
 
     /// The entry for `key`, tombstone included.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.get(key)
+        match self.run_position(key) {
+            Ok(at) => Some(&self.run[at].1),
+            Err(_) => self.overlay.get(key),
+        }
     }
 
     /// Every entry in key order, tombstones included.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &Entry)> + '_ {
-        self.entries.iter().map(|(key, entry)| (&**key, entry))
+        self.sorted().map(|(key, entry)| (&**key, entry))
     }
 
     /// Number of entries, tombstones included.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.run.len() + self.overlay.len()
     }
 
     /// Whether the replica holds no entry.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// Number of tombstones.
     pub fn tombstones(&self) -> usize {
-        self.entries.values().filter(|e| e.is_tombstone()).count()
+        self.iter()
+            .filter(|(_, entry)| entry.is_tombstone())
+            .count()
     }
 
     /// The live key/values (what the target ConfigMap's `data` holds), in key order.
     pub fn live_iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        self.entries
-            .iter()
-            .filter_map(|(key, entry)| Some((&**key, entry.value()?)))
+        self.iter()
+            .filter_map(|(key, entry)| Some((key, entry.value()?)))
     }
 
     /// The live key/values as a map.
@@ -267,37 +286,64 @@ impl Replica {
         &self.frontiers
     }
 
-    /// Applies a delta. Costs O(d log n) for a delta of d keys into n, so publishing a
-    /// small revision does not scale with the size of the configuration. Applying the same
-    /// delta again changes nothing (everything comes back `unchanged`).
+    /// Applies a delta. Costs O(d log n) for a delta of d keys into n (amortised: new keys
+    /// occasionally fold the overlay into the run), so publishing a small revision does not
+    /// scale with the size of the configuration. Applying the same delta again changes
+    /// nothing (every entry comes back `unchanged` or `lost`).
     pub fn apply(&mut self, delta: &Delta) -> MergeOutcome {
         self.advance_frontiers(delta.entries.values().map(|entry| &entry.stamp));
-        self.join_entries(&delta.entries)
+        if lookups_are_cheaper(delta.len(), self.len()) {
+            self.join_by_lookup(delta.entries.iter())
+        } else {
+            self.join_by_walk(delta.entries.iter())
+        }
     }
 
-    /// Joins another replica's full state into this one (anti-entropy). Linear in the size
-    /// of both when they are of similar size, O(m log n) when `other` is much smaller.
+    /// Joins another replica's full state into this one (anti-entropy): one sequential
+    /// merge-join, linear in the size of both; O(m log n) when `other` is much smaller.
     pub fn merge(&mut self, other: &Replica) -> MergeOutcome {
         for (writer, stamp) in &other.frontiers {
             self.advance_frontier(writer, stamp);
         }
-        self.join_entries(&other.entries)
+        let plain_run = other.overlay.is_empty();
+        let run = other.run.iter().map(|(key, entry)| (key, entry));
+        match (lookups_are_cheaper(other.len(), self.len()), plain_run) {
+            (true, true) => self.join_by_lookup(run),
+            (true, false) => self.join_by_lookup(other.sorted()),
+            (false, true) => self.join_by_walk(run),
+            (false, false) => self.join_by_walk(other.sorted()),
+        }
     }
 
     /// Keeps the entries for which `keep` holds; frontiers are not lowered.
     pub(super) fn retain_entries(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> usize {
-        let before = self.entries.len();
-        self.entries.retain(|_, entry| keep(entry));
-        before - self.entries.len()
+        let before = self.len();
+        self.run.retain(|(_, entry)| keep(entry));
+        self.overlay.retain(|_, entry| keep(entry));
+        before - self.len()
     }
 
-    /// A replica from parts the codec has already validated (sorted, frontiers covering
-    /// every entry).
+    /// A replica from parts the codec has already validated (sorted unique keys, frontiers
+    /// covering every entry).
     pub(super) fn from_validated_parts(
-        entries: Entries,
+        sorted: Vec<(Arc<str>, Entry)>,
         frontiers: BTreeMap<WriterId, Stamp>,
     ) -> Self {
-        Self { entries, frontiers }
+        Self {
+            run: sorted,
+            overlay: Entries::new(),
+            frontiers,
+        }
+    }
+
+    fn run_position(&self, key: &str) -> Result<usize, usize> {
+        self.run.binary_search_by(|(probe, _)| (**probe).cmp(key))
+    }
+
+    /// Run and overlay as one key-ordered sequence.
+    fn sorted(&self) -> impl ExactSizeIterator<Item = (&Arc<str>, &Entry)> + '_ {
+        let run = self.run.iter().map(|(key, entry)| (key, entry));
+        SortedUnion::new(run, self.overlay.iter())
     }
 
     fn advance_frontiers<'a>(&mut self, stamps: impl Iterator<Item = &'a Stamp>) {
@@ -333,25 +379,17 @@ impl Replica {
         }
     }
 
-    fn join_entries(&mut self, incoming: &Entries) -> MergeOutcome {
-        if self.entries.is_empty() {
-            self.entries = incoming.clone();
-            return MergeOutcome {
-                won: incoming.len(),
-                ..MergeOutcome::default()
-            };
-        }
-        if lookups_are_cheaper(incoming.len(), self.entries.len()) {
-            self.join_by_lookup(incoming)
-        } else {
-            self.join_by_walk(incoming)
-        }
-    }
-
-    fn join_by_lookup(&mut self, incoming: &Entries) -> MergeOutcome {
+    fn join_by_lookup<'a>(
+        &mut self,
+        incoming: impl Iterator<Item = (&'a Arc<str>, &'a Entry)>,
+    ) -> MergeOutcome {
         let mut outcome = MergeOutcome::default();
         for (key, entry) in incoming {
-            match self.entries.get_mut(key) {
+            let local = match self.run_position(key) {
+                Ok(at) => Some(&mut self.run[at].1),
+                Err(_) => self.overlay.get_mut(key),
+            };
+            match local {
                 Some(local) => {
                     if outcome.record(local, entry) {
                         *local = entry.clone();
@@ -359,50 +397,111 @@ impl Replica {
                 }
                 None => {
                     outcome.won += 1;
-                    self.entries.insert(Arc::clone(key), entry.clone());
+                    self.overlay.insert(Arc::clone(key), entry.clone());
                 }
             }
+        }
+        if self.overlay.len() > OVERLAY_MIN
+            && self.overlay.len().saturating_mul(OVERLAY_FRACTION) > self.run.len()
+        {
+            self.fold_overlay();
         }
         outcome
     }
 
-    /// Merge-join of two sorted maps: updates shared keys in place while walking both, then
-    /// adds the missing keys, rebuilding the tree in one sorted pass when there are many.
-    fn join_by_walk(&mut self, incoming: &Entries) -> MergeOutcome {
+    fn fold_overlay(&mut self) {
+        let run = std::mem::take(&mut self.run);
+        let overlay = std::mem::take(&mut self.overlay);
+        let mut folded = Vec::with_capacity(run.len() + overlay.len());
+        folded.extend(SortedUnion::new(run.into_iter(), overlay.into_iter()));
+        self.run = folded;
+    }
+
+    /// Merge-join of this replica (taken apart, entries moved) with `incoming` (entries
+    /// cloned where they win): one pass over sorted memory, producing a new run.
+    fn join_by_walk<'a>(
+        &mut self,
+        incoming: impl Iterator<Item = (&'a Arc<str>, &'a Entry)>,
+    ) -> MergeOutcome {
         let mut outcome = MergeOutcome::default();
-        let mut missing: Vec<(Arc<str>, Entry)> = Vec::new();
-        let mut theirs = incoming.iter().peekable();
-        for (key, local) in self.entries.iter_mut() {
-            while let Some(&(their_key, their_entry)) = theirs.peek() {
-                match their_key.cmp(key) {
+        if !self.overlay.is_empty() {
+            self.fold_overlay();
+        }
+        let run = std::mem::take(&mut self.run);
+        let (incoming_len, _) = incoming.size_hint();
+        let mut merged = Vec::with_capacity(run.len() + incoming_len);
+        let mut ours = run.into_iter();
+        let mut theirs = incoming;
+        let mut mine = ours.next();
+        let mut their = theirs.next();
+        loop {
+            match (mine.take(), their) {
+                (Some((key, local)), Some((their_key, entry))) => match (**their_key).cmp(&*key) {
                     Ordering::Less => {
-                        missing.push((Arc::clone(their_key), their_entry.clone()));
-                        theirs.next();
+                        outcome.won += 1;
+                        merged.push((Arc::clone(their_key), entry.clone()));
+                        mine = Some((key, local));
+                        their = theirs.next();
+                    }
+                    Ordering::Greater => {
+                        merged.push((key, local));
+                        mine = ours.next();
                     }
                     Ordering::Equal => {
-                        if outcome.record(local, their_entry) {
-                            *local = their_entry.clone();
-                        }
-                        theirs.next();
-                        break;
+                        let winner = if outcome.record(&local, entry) {
+                            entry.clone()
+                        } else {
+                            local
+                        };
+                        merged.push((key, winner));
+                        mine = ours.next();
+                        their = theirs.next();
                     }
-                    Ordering::Greater => break,
+                },
+                (Some(first), None) => {
+                    merged.push(first);
+                    merged.extend(ours);
+                    break;
                 }
+                (None, Some((their_key, entry))) => {
+                    outcome.won += 1;
+                    merged.push((Arc::clone(their_key), entry.clone()));
+                    for (their_key, entry) in theirs {
+                        outcome.won += 1;
+                        merged.push((Arc::clone(their_key), entry.clone()));
+                    }
+                    break;
+                }
+                (None, None) => break,
             }
         }
-        missing.extend(theirs.map(|(key, entry)| (Arc::clone(key), entry.clone())));
-        outcome.won += missing.len();
-        if lookups_are_cheaper(missing.len(), self.entries.len()) {
-            self.entries.extend(missing);
-        } else {
-            let local = std::mem::take(&mut self.entries);
-            self.entries = SortedUnion {
-                left: local.into_iter().peekable(),
-                right: missing.into_iter().peekable(),
-            }
-            .collect();
-        }
+        self.run = merged;
         outcome
+    }
+}
+
+impl PartialEq for Replica {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len()
+            && self.frontiers == other.frontiers
+            && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Replica {}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Listed<'a>(&'a Replica);
+        impl std::fmt::Debug for Listed<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_map().entries(self.0.iter()).finish()
+            }
+        }
+        f.debug_struct("Replica")
+            .field("entries", &Listed(self))
+            .field("frontiers", &self.frontiers)
+            .finish()
     }
 }
 
@@ -412,23 +511,49 @@ fn lookups_are_cheaper(incoming: usize, local: usize) -> bool {
     incoming.saturating_mul(depth.max(1)) < local
 }
 
-/// Union of two key-sorted sequences with disjoint keys, in key order. Feeding sorted input
-/// to `BTreeMap::from_iter` lets it build the tree in one pass.
+/// Union of two key-sorted sequences with disjoint keys, in key order.
 struct SortedUnion<L: Iterator, R: Iterator> {
     left: Peekable<L>,
     right: Peekable<R>,
 }
 
-impl<L, R> Iterator for SortedUnion<L, R>
-where
-    L: Iterator<Item = (Arc<str>, Entry)>,
-    R: Iterator<Item = (Arc<str>, Entry)>,
-{
-    type Item = (Arc<str>, Entry);
+impl<L: Iterator, R: Iterator> SortedUnion<L, R> {
+    fn new(left: L, right: R) -> Self {
+        Self {
+            left: left.peekable(),
+            right: right.peekable(),
+        }
+    }
+}
 
-    fn next(&mut self) -> Option<Self::Item> {
+/// A `(key, entry)` pair, owned or borrowed, whose key orders the union.
+trait Keyed {
+    fn key(&self) -> &str;
+}
+
+impl Keyed for (Arc<str>, Entry) {
+    fn key(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Keyed for (&Arc<str>, &Entry) {
+    fn key(&self) -> &str {
+        self.0
+    }
+}
+
+impl<T, L, R> Iterator for SortedUnion<L, R>
+where
+    T: Keyed,
+    L: Iterator<Item = T>,
+    R: Iterator<Item = T>,
+{
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
         match (self.left.peek(), self.right.peek()) {
-            (Some((left, _)), Some((right, _))) if right < left => self.right.next(),
+            (Some(left), Some(right)) if right.key() < left.key() => self.right.next(),
             (Some(_), _) => self.left.next(),
             (None, _) => self.right.next(),
         }
@@ -442,6 +567,14 @@ where
             .and_then(|(l, r)| l.checked_add(r));
         (left_low.saturating_add(right_low), high)
     }
+}
+
+impl<T, L, R> ExactSizeIterator for SortedUnion<L, R>
+where
+    T: Keyed,
+    L: ExactSizeIterator<Item = T>,
+    R: ExactSizeIterator<Item = T>,
+{
 }
 
 #[cfg(test)]
@@ -512,6 +645,53 @@ mod tests {
         let bob = WriterId::override_by("bob").unwrap();
         assert_eq!(replica.frontier_of(&bob), Some(&stamp(10, "bob")));
         assert_eq!(replica.frontier(), Some(&stamp(20, "alice")));
+    }
+
+    /// Many small deltas with new keys grow the overlay past its fold point; the replica
+    /// must keep matching a plain map that keeps the greatest entry per key.
+    #[test]
+    fn overlay_folds_keep_the_state() {
+        let mut replica = Replica::new();
+        let mut model: BTreeMap<String, Entry> = BTreeMap::new();
+        let mut seed = 7u64;
+        let mut next = move |bound: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % bound
+        };
+        for round in 0..400u64 {
+            let mut delta = Delta::new();
+            for _ in 0..1 + next(12) {
+                let key = format!("k{:05}", next(3_000));
+                let stamp = stamp(next(500), if next(2) == 0 { "alice" } else { "bob" });
+                let entry = if next(5) == 0 {
+                    Entry::tombstone(stamp)
+                } else {
+                    Entry::live(format!("v{round}"), stamp)
+                };
+                delta.insert(key, entry);
+            }
+            if round % 97 == 96 {
+                let mut as_replica = Replica::new();
+                as_replica.apply(&delta);
+                replica.merge(&as_replica);
+            } else {
+                replica.apply(&delta);
+            }
+            for (key, entry) in delta.iter() {
+                let slot = model.entry(key.to_owned()).or_insert_with(|| entry.clone());
+                if entry.precedence(slot) == Ordering::Greater {
+                    *slot = entry.clone();
+                }
+            }
+            let ours: Vec<(&str, &Entry)> = replica.iter().collect();
+            let expected: Vec<(&str, &Entry)> =
+                model.iter().map(|(k, e)| (k.as_str(), e)).collect();
+            assert_eq!(ours, expected, "round {round}");
+        }
+        assert!(
+            replica.len() > 2 * OVERLAY_MIN,
+            "the overlay must have folded at least once"
+        );
     }
 
     #[test]

@@ -202,34 +202,86 @@ pub enum CodecError {
         /// The shared stamp.
         stamp: Stamp,
     },
-    /// An entry's or frontier's writer id is invalid.
-    #[error("{field}[{index}]: {source}")]
+    /// A writer id in `writers` is invalid.
+    #[error("writers[{index}]: {source}")]
     InvalidWriter {
-        /// `entries` or `frontiers`.
-        field: &'static str,
-        /// Position in that list.
+        /// Position in `writers`.
         index: usize,
         /// What is wrong with it.
         source: WriterIdError,
     },
-    /// Frontiers are not sorted by writer, or a writer appears twice.
-    #[error("frontiers[{index}]: writer {writer:?} is not after the previous writer")]
-    FrontierOrder {
-        /// Position in `frontiers`.
+    /// `writers` is not strictly sorted (out of order or repeated).
+    #[error("writers[{index}]: writer {writer:?} is not after the previous writer")]
+    WriterOrder {
+        /// Position in `writers`.
         index: usize,
         /// The writer (shortened).
         writer: String,
     },
-    /// An entry's stamp is above its writer's frontier, or its writer has no frontier: the
-    /// document claims to have merged less than it holds.
-    #[error("entries[{index}]: key {key:?} has a stamp beyond the frontier of writer {writer}")]
-    FrontierBehindEntry {
+    /// A delta lists a writer that none of its stamps uses.
+    #[error("writers[{index}]: writer {writer} is listed but never used")]
+    UnusedWriter {
+        /// Position in `writers`.
+        index: usize,
+        /// The writer.
+        writer: WriterId,
+    },
+    /// A replica must give one frontier per writer.
+    #[error("{frontiers} frontiers for {writers} writers")]
+    FrontierCount {
+        /// Length of `writers`.
+        writers: usize,
+        /// Length of `frontiers`.
+        frontiers: usize,
+    },
+    /// A stamp refers to a writer that is not listed.
+    #[error("stamps[{index}]: writer index {writer_index} is beyond the {writers} writers")]
+    StampWriterIndex {
+        /// Position in `stamps`.
+        index: usize,
+        /// The index given.
+        writer_index: usize,
+        /// Length of `writers`.
+        writers: usize,
+    },
+    /// `stamps` is not strictly increasing.
+    #[error("stamps[{index}]: stamp {stamp} is not after the previous stamp")]
+    StampOrder {
+        /// Position in `stamps`.
+        index: usize,
+        /// The stamp.
+        stamp: Stamp,
+    },
+    /// A stamp is listed but no entry uses it.
+    #[error("stamps[{index}]: stamp {stamp} is listed but never used")]
+    UnusedStamp {
+        /// Position in `stamps`.
+        index: usize,
+        /// The stamp.
+        stamp: Stamp,
+    },
+    /// A stamp is beyond its writer's frontier: the document claims to have merged less
+    /// than it holds.
+    #[error("stamps[{index}]: stamp {stamp} is beyond its writer's frontier")]
+    FrontierBehindStamp {
+        /// Position in `stamps`.
+        index: usize,
+        /// The stamp.
+        stamp: Stamp,
+    },
+    /// An entry refers to a stamp that is not listed.
+    #[error(
+        "entries[{index}]: key {key:?} refers to stamp {stamp_index}, beyond the {stamps} stamps"
+    )]
+    EntryStampIndex {
         /// Position in `entries`.
         index: usize,
         /// The key (shortened).
         key: String,
-        /// The entry's writer.
-        writer: WriterId,
+        /// The index given.
+        stamp_index: usize,
+        /// Length of `stamps`.
+        stamps: usize,
     },
 }
 
