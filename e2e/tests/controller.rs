@@ -724,6 +724,32 @@ async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
     }
 }
 
+/// The shipped manifests (deploy/) are accepted by a real apiserver.
+async fn the_deploy_manifests_are_valid(world: &World) {
+    let admin = world
+        .lab
+        .kubeconfig(HUB, User::Admin)
+        .expect("admin kubeconfig");
+    let deploy = configrollout_e2e::repository_root().join("deploy");
+    let output = tokio::process::Command::new(world.lab.kubectl())
+        .env("KUBECONFIG", &admin)
+        .arg("apply")
+        .arg("--dry-run=server")
+        .arg("-k")
+        .arg(&deploy)
+        .output();
+    let output = tokio::time::timeout(CALL, output)
+        .await
+        .expect("kubectl apply answers")
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl apply --dry-run=server -k deploy: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_on_the_lab() {
     let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
@@ -750,6 +776,7 @@ async fn controller_on_the_lab() {
         .await;
     }
     let mut world = World { lab, hub };
+    the_deploy_manifests_are_valid(&world).await;
     let controller = world.start_controller("controller-a");
 
     a_staged_rollout_waits_for_approval_then_completes(&world).await;
