@@ -75,7 +75,7 @@ pub(crate) struct Step<'a> {
     before: &'a ConfigRolloutStatus,
     obs: &'a Observations,
     now: DateTime<Utc>,
-    plan: selection::StagePlan,
+    plan: selection::StagePlan<'a>,
     status: ConfigRolloutStatus,
     actions: Vec<Action>,
     wake_at: Option<DateTime<Utc>>,

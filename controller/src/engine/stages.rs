@@ -68,10 +68,10 @@ pub(super) fn pending_regions(step: &Step<'_>, index: usize) -> Vec<String> {
                 .status
                 .regions
                 .iter()
-                .find(|region| &region.name == *name)
+                .find(|region| region.name == **name)
                 .is_some_and(|region| regions::region_done(region, revision, pass, has_consumers))
         })
-        .cloned()
+        .map(|name| (*name).to_owned())
         .collect()
 }
 
