@@ -2,11 +2,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds
+.PHONY: test deps lint unit crds crdcheck lab lab-bench
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
-test: deps lint unit
+test: deps lint unit crdcheck
 
 deps:
 	bash scripts/install-deps
@@ -21,3 +21,17 @@ unit:
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:
 	$(CARGO) run --locked --bin configrollout-crdgen -- crds
+
+# Brings up the lab (hub + 3 regions, workloads, Prometheus) for a person, prints how
+# to reach it, and runs until Ctrl-C. The first run builds kube-apiserver (minutes).
+lab:
+	$(CARGO) run --locked -p configrollout-e2e --bin lab -- $(LAB_ARGS)
+
+# Lab start time and control-plane memory, for BENCHMARKS.md.
+lab-bench:
+	$(CARGO) run --locked -p configrollout-e2e --bin lab-bench -- $(LAB_BENCH_ARGS)
+
+# Runs crds/ and example objects through the apiextensions-apiserver's own validation
+# code (structural schema, CEL compile and cost, defaulting, CEL refusals), in process.
+crdcheck:
+	cd e2e/crdcheck && GOWORK=off go test -count=1 ./...

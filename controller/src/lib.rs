@@ -5,6 +5,11 @@
 //! `reconcile` hold every API call.
 
 pub mod api;
+pub mod app;
 pub mod crdt;
 pub mod engine;
 pub mod gates;
+pub mod reconcile;
+pub mod regions;
+pub mod shutdown;
+pub mod telemetry;

@@ -106,13 +106,17 @@ pub struct ConfigRolloutSpec {
     /// How a revision that removes keys is rolled out.
     #[serde(default)]
     pub strategy: Strategy,
-    /// What to do when a gate fails, a deadline passes or a region stays unreachable.
+    /// What to do when a gate fails, a deadline passes or a region stays unreachable:
+    /// `Halt` stops where it is; `Rollback` reverts the revision's own writes in every
+    /// region it reached, in reverse stage order.
     #[serde(default)]
     pub on_failure: OnFailure,
     /// Stops the rollout from starting any new step while true; nothing is undone.
     #[serde(default)]
     pub paused: bool,
-    /// What to do when a region's target is edited out of band.
+    /// What to do when a region's target is edited out of band: `Report` (status and
+    /// the `Drifted` condition only), `Revert` (put the declared values back) or `Adopt`
+    /// (keep the edit as a regional override).
     #[serde(default)]
     pub drift_policy: DriftPolicy,
     /// How many revisions `status.history` keeps (1 to 100).
@@ -138,14 +142,23 @@ fn spec_rules(schema: &mut Schema) {
                 "self.stages.all(s, self.stages.exists_one(t, t.name == s.name))",
                 "spec.stages: stage names must be unique",
             )
-            .at(".stages")
-            .reason("FieldValueDuplicate"),
+            .at(".stages"),
+            Rule::new(
+                format!(
+                    "self.stages.all(s, s.name != {})",
+                    schema::cel_str(super::CONTRACT_STAGE)
+                ),
+                format!(
+                    "spec.stages[].name: {:?} is reserved for approving the contract step",
+                    super::CONTRACT_STAGE
+                ),
+            )
+            .at(".stages"),
             Rule::new(
                 "!has(self.gates) || self.gates.all(g, self.gates.exists_one(h, h.name == g.name))",
                 "spec.gates: gate names must be unique",
             )
-            .at(".gates")
-            .reason("FieldValueDuplicate"),
+            .at(".gates"),
             Rule::new(
                 "self.stages.all(s, !has(s.gates) || s.gates.all(n, \
                  has(self.gates) && self.gates.exists(g, g.name == n)))",
@@ -325,7 +338,8 @@ pub struct Consumer {
     /// Label selector over workloads of `kind` in the target's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
-    /// How a new revision reaches the workload.
+    /// How a new revision reaches the workload: `Restart` (rolling restart) or `Reload`
+    /// (the workload rereads the mounted ConfigMap itself).
     #[serde(default)]
     pub delivery: Delivery,
     /// PromQL counting the workload's instances that report the revision (placeholders as

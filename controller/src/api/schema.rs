@@ -33,7 +33,9 @@ pub(crate) struct Rule<'a> {
     /// JSONPath relative to the schema node the rule sits on; the apiserver reports the
     /// failure at this field rather than at the node.
     pub field_path: Option<&'a str>,
-    /// `FieldValueInvalid` unless set: what `kubectl` shows as the cause type.
+    /// `FieldValueInvalid` unless set: what `kubectl` shows as the cause type. Not
+    /// `FieldValueDuplicate`: the apiserver then prints "Duplicate value" and drops the
+    /// message.
     pub reason: Option<&'a str>,
 }
 
@@ -170,5 +172,30 @@ pub(crate) fn string_set(max_items: u64, item_max_length: u64) -> impl FnMut(&mu
             items.insert("maxLength".into(), item_max_length.into());
             items.insert("minLength".into(), 1.into());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cel_string_literals_escape_quotes_and_backslashes() {
+        assert_eq!(cel_str("plain"), "'plain'");
+        assert_eq!(cel_str(r"a'b\.c"), r"'a\'b\\.c'");
+    }
+
+    #[test]
+    fn string_sets_bound_their_items() {
+        let mut schema: Schema = json!({"type": "array", "items": {"type": "string"}})
+            .try_into()
+            .unwrap();
+        string_set(5, 63)(&mut schema);
+        assert_eq!(schema.get("maxItems"), Some(&json!(5)));
+        assert_eq!(schema.get("x-kubernetes-list-type"), Some(&json!("set")));
+        assert_eq!(
+            schema.get("items").and_then(|i| i.get("maxLength")),
+            Some(&json!(63))
+        );
     }
 }

@@ -1,4 +1,6 @@
-fn main() {
-    eprintln!("configrollout-controller: not yet implemented");
-    std::process::exit(2);
+//! `configrollout-controller`: rolls out ConfigRollouts across regions. Options are
+//! described in `configrollout::app::Options`.
+
+fn main() -> std::process::ExitCode {
+    configrollout::app::main()
 }

@@ -1,11 +1,12 @@
 //! Metric gates: the condition grammar, the verdict of one sample, query templates, and
 //! the provider seam through which a sample is taken.
 //!
-//! Everything here except [`GateProvider`] implementations is pure. The Prometheus
-//! implementation of [`GateProvider`] lives with the IO code, so this module has no
-//! HTTP or Prometheus dependency.
+//! Everything here is pure except [`prometheus`], the one file that talks to a metrics
+//! backend, so the grammar and the verdicts are tested without one and the Prometheus path
+//! against the real server.
 
 pub mod condition;
+pub mod prometheus;
 pub mod provider;
 pub mod template;
 pub mod verdict;

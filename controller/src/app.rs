@@ -1,0 +1,502 @@
+//! The controller process: options, start-up, the leader-gated controller loop, the Region
+//! probe, the probe server, and the stop order on SIGTERM.
+//!
+//! Stop order: stop taking work (the controller drains the reconcile in flight), stop the
+//! Region probe, then cancel the elector, which releases the Lease, so nothing this process
+//! does is written after a standby takes over.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{ConfigRollout, Region, StageApproval};
+use crate::crdt::{DigestKey, Hlc, WriterId};
+use crate::gates::prometheus::{PrometheusEndpoints, PrometheusProvider};
+use crate::reconcile::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
+use crate::reconcile::{self, Context, ReconcileError, region_status};
+use crate::regions::clients::RegionClients;
+use crate::shutdown::Signals;
+use crate::telemetry::health::{self, Health, ServerLimits};
+use crate::telemetry::logging::{self, LogFormat};
+use crate::telemetry::metrics::{Metrics, ReconcileResult};
+
+/// Name the controller reports events and writes as.
+pub const CONTROLLER_NAME: &str = "configrollout-controller";
+/// Key of the digest key Secret's data.
+const DIGEST_KEY_FIELD: &str = "key";
+/// How far ahead of local time a stored stamp may be before the clock refuses it.
+const MAX_CLOCK_DRIFT_MS: u64 = 60_000;
+/// How often Region reachability is probed.
+const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Why the controller could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A command-line option is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// Logging, probe server or signal set-up failed.
+    #[error("start-up: {0}")]
+    Startup(String),
+    /// The hub cluster could not be reached or configured.
+    #[error("hub: {0}")]
+    Hub(String),
+    /// The digest key could not be read or created.
+    #[error("digest key Secret {namespace}/{name}: {reason}")]
+    DigestKey {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Command-line options (each also settable through a `CONFIGROLLOUT_*` variable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Namespace of the Lease and the digest key Secret.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// Our identity in the Lease.
+    pub identity: String,
+    /// Whether to elect a leader (off: this process always leads).
+    pub leader_election: bool,
+    /// Address of `/healthz`, `/readyz`, `/metrics`.
+    pub probe_addr: SocketAddr,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Default log filter (`RUST_LOG` wins).
+    pub log_filter: String,
+    /// Prometheus for regions that name none.
+    pub prometheus_url: Option<String>,
+    /// Secret holding the digest key (created with a random key when absent).
+    pub digest_key_secret: String,
+    /// Lease duration.
+    pub lease_duration: Duration,
+}
+
+impl Options {
+    /// Parses `--flag value` pairs (and `--flag=value`), falling back to environment
+    /// variables and then defaults.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, AppError> {
+        let mut given: BTreeMap<String, String> = BTreeMap::new();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let Some(flag) = arg.strip_prefix("--") else {
+                return Err(AppError::Usage(format!("unexpected argument {arg:?}")));
+            };
+            let (name, value) = match flag.split_once('=') {
+                Some((name, value)) => (name.to_owned(), value.to_owned()),
+                None => {
+                    let value = args
+                        .next()
+                        .ok_or_else(|| AppError::Usage(format!("--{flag} needs a value")))?;
+                    (flag.to_owned(), value)
+                }
+            };
+            given.insert(name, value);
+        }
+        let mut take = |name: &str, default: &str| {
+            given.remove(name).unwrap_or_else(|| {
+                let variable = format!("CONFIGROLLOUT_{}", name.to_uppercase().replace('-', "_"));
+                std::env::var(variable).unwrap_or_else(|_| default.to_owned())
+            })
+        };
+        let namespace = take("namespace", "configrollout-system");
+        let lease_name = take("lease-name", CONTROLLER_NAME);
+        let identity = take("identity", &default_identity());
+        let leader_election = parse_bool("leader-election", &take("leader-election", "true"))?;
+        let probe_addr = take("probe-addr", "0.0.0.0:8080")
+            .parse()
+            .map_err(|e| AppError::Usage(format!("--probe-addr: {e}")))?;
+        let log_format = take("log-format", "text")
+            .parse()
+            .map_err(|e| AppError::Usage(format!("--log-format: {e}")))?;
+        let log_filter = take("log-filter", "info");
+        let prometheus_url = Some(take("prometheus-url", "")).filter(|url| !url.is_empty());
+        let digest_key_secret = take("digest-key-secret", "configrollout-digest-key");
+        let lease_duration = crate::api::parse_duration(&take("lease-duration", "15s"))
+            .map_err(|e| AppError::Usage(format!("--lease-duration: {e}")))?;
+        if let Some(unknown) = given.keys().next() {
+            return Err(AppError::Usage(format!("unknown option --{unknown}")));
+        }
+        Ok(Options {
+            namespace,
+            lease_name,
+            identity,
+            leader_election,
+            probe_addr,
+            log_format,
+            log_filter,
+            prometheus_url,
+            digest_key_secret,
+            lease_duration,
+        })
+    }
+}
+
+fn parse_bool(flag: &str, value: &str) -> Result<bool, AppError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(AppError::Usage(format!(
+            "--{flag}: expected true or false, got {other:?}"
+        ))),
+    }
+}
+
+/// The whole program: options from the command line, a runtime, [`run`]; exit code 2 for
+/// bad usage, 1 for a failure.
+pub fn main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let options = match Options::parse(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{CONTROLLER_NAME}: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the controller until SIGTERM or SIGINT.
+pub async fn run(options: Options) -> Result<(), AppError> {
+    logging::init(options.log_format, &options.log_filter)
+        .map_err(|e| AppError::Startup(e.to_string()))?;
+    // reqwest is built without a bundled TLS provider; use ring, as kube does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut signals = Signals::install().map_err(|e| AppError::Startup(e.to_string()))?;
+    let hub = hub_client().await?;
+    let digest_key = ensure_digest_key(&hub, &options).await?;
+
+    let (leader, elector) = if options.leader_election {
+        let config = LeaseConfig::new(&options.namespace, &options.lease_name, &options.identity)
+            .with_lease_duration(options.lease_duration);
+        let (elector, state) = LeaderElector::new(hub.clone(), config)
+            .map_err(|e| AppError::Startup(e.to_string()))?;
+        (state, Some(elector))
+    } else {
+        (LeaderState::always_leading(), None)
+    };
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::new(leader.clone());
+    let listener = health::bind(options.probe_addr)
+        .await
+        .map_err(|e| AppError::Startup(e.to_string()))?;
+
+    let stop_work = CancellationToken::new();
+    let stop_election = CancellationToken::new();
+    let server = tokio::spawn(health::serve(
+        listener,
+        health.clone(),
+        metrics.clone(),
+        ServerLimits::default(),
+        stop_election.clone(),
+    ));
+    let election = elector.map(|elector| tokio::spawn(elector.run(stop_election.clone())));
+
+    let endpoints = PrometheusEndpoints::new(options.prometheus_url.clone());
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(crate::gates::prometheus::QUERY_TIMEOUT)
+        .build()
+        .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
+    let ctx = Arc::new(Context {
+        hub: hub.clone(),
+        region_clients: RegionClients::new(hub.clone()),
+        digest_key,
+        clock: Mutex::new(Hlc::new(
+            WriterId::rollout(&options.namespace, CONTROLLER_NAME)
+                .map_err(|e| AppError::Startup(e.to_string()))?,
+            MAX_CLOCK_DRIFT_MS,
+        )),
+        adopt_writer: WriterId::override_by("drift-adopted")
+            .map_err(|e| AppError::Startup(e.to_string()))?,
+        gates: Arc::new(PrometheusProvider::new(http, endpoints.clone())),
+        recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
+        leading: {
+            let leader = leader.clone();
+            Arc::new(move || leader.is_leading())
+        },
+        metrics: metrics.clone(),
+    });
+
+    // Caches: the controller's watches need the CRDs served; one list proves it.
+    let rollouts: Api<ConfigRollout> = Api::all(hub.clone());
+    reconcile::api_call(
+        "list rollouts",
+        rollouts.list(&ListParams::default().limit(1)),
+    )
+    .await
+    .map_err(|e| AppError::Hub(e.to_string()))?;
+    health.mark_caches_synced();
+
+    let probe = tokio::spawn(probe_regions(
+        ctx.clone(),
+        endpoints,
+        leader.clone(),
+        stop_work.clone(),
+    ));
+    let work = tokio::spawn(lead_and_work(ctx, leader, stop_work.clone()));
+
+    let signal = signals.recv().await;
+    tracing::info!(signal = signal.as_str(), "stopping: no new work");
+    health.mark_stopping();
+    stop_work.cancel();
+    let _ = work.await;
+    let _ = probe.await;
+    stop_election.cancel();
+    if let Some(election) = election {
+        match election.await {
+            Ok(Err(error)) => tracing::warn!(%error, "Lease not released"),
+            Err(error) => tracing::warn!(%error, "elector task failed"),
+            Ok(Ok(())) => tracing::info!("Lease released"),
+        }
+    }
+    let _ = server.await;
+    Ok(())
+}
+
+async fn hub_client() -> Result<Client, AppError> {
+    let mut config = Config::infer()
+        .await
+        .map_err(|e| AppError::Hub(e.to_string()))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(30));
+    config.write_timeout = Some(reconcile::HUB_CALL_TIMEOUT);
+    Client::try_from(config).map_err(|e| AppError::Hub(e.to_string()))
+}
+
+/// Reads the digest key, creating the Secret with 32 random bytes when absent (another
+/// replica creating it first is fine: its key is read back).
+async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey, AppError> {
+    let api: Api<Secret> = Api::namespaced(hub.clone(), &options.namespace);
+    let fail = |reason: String| AppError::DigestKey {
+        namespace: options.namespace.clone(),
+        name: options.digest_key_secret.clone(),
+        reason,
+    };
+    for _ in 0..2 {
+        let existing =
+            reconcile::api_call("read digest key", api.get_opt(&options.digest_key_secret))
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        if let Some(secret) = existing {
+            let bytes = secret
+                .data
+                .as_ref()
+                .and_then(|data| data.get(DIGEST_KEY_FIELD))
+                .ok_or_else(|| fail(format!("no key {DIGEST_KEY_FIELD:?}")))?;
+            return DigestKey::new(&bytes.0).map_err(|e| fail(e.to_string()));
+        }
+        let mut key = vec![0_u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut random| random.read_exact(&mut key))
+            .map_err(|e| fail(format!("no randomness: {e}")))?;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(options.digest_key_secret.clone()),
+                namespace: Some(options.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                DIGEST_KEY_FIELD.to_owned(),
+                ByteString(key),
+            )])),
+            ..Secret::default()
+        };
+        match reconcile::api_call(
+            "create digest key",
+            api.create(&PostParams::default(), &secret),
+        )
+        .await
+        {
+            Ok(_) | Err(ReconcileError::Api { code: 409, .. }) => continue,
+            Err(error) => return Err(fail(error.to_string())),
+        }
+    }
+    Err(fail("created but not readable".to_owned()))
+}
+
+/// Waits to lead, runs the controller while leading, and stops it when leadership is
+/// lost or `stop` is cancelled.
+async fn lead_and_work(ctx: Arc<Context>, leader: LeaderState, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            leading = leader.acquired() => if !leading {
+                tracing::warn!("leader election ended; not working");
+                stop.cancelled().await;
+                return;
+            }
+        }
+        ctx.metrics.leader.set(1);
+        tracing::info!("leading: reconciling rollouts");
+        let lost = {
+            let leader = leader.clone();
+            let stop = stop.clone();
+            async move {
+                tokio::select! {
+                    () = leader.lost() => {},
+                    () = stop.cancelled() => {},
+                }
+            }
+        };
+        run_controller(ctx.clone(), lost).await;
+        ctx.metrics.leader.set(0);
+        tracing::info!("not leading: reconciling stopped");
+    }
+}
+
+async fn run_controller(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
+    let hub = ctx.hub.clone();
+    let rollouts: Api<ConfigRollout> = Api::all(hub.clone());
+    let approvals: Api<StageApproval> = Api::all(hub.clone());
+    let regions: Api<Region> = Api::all(hub.clone());
+    let region_changes = watcher(regions, watcher::Config::default())
+        .touched_objects()
+        .filter_map(|event| async move { event.ok().map(|_| ()) });
+    Controller::new(rollouts, watcher::Config::default())
+        .watches(approvals, watcher::Config::default(), |approval| {
+            let namespace = approval.namespace()?;
+            Some(ObjectRef::<ConfigRollout>::new(&approval.spec.rollout).within(&namespace))
+        })
+        .reconcile_all_on(region_changes)
+        .graceful_shutdown_on(stop)
+        .run(timed_reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}
+
+async fn timed_reconcile(
+    rollout: Arc<ConfigRollout>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, ReconcileError> {
+    let started = Instant::now();
+    let name = rollout.name_any();
+    let namespace = rollout.namespace().unwrap_or_default();
+    let result = reconcile::reconcile(rollout, ctx.clone()).await;
+    ctx.metrics
+        .reconcile_duration_seconds
+        .observe_duration(started.elapsed());
+    match &result {
+        Ok(_) => ctx.metrics.reconcile_total.inc(ReconcileResult::Ok),
+        Err(error) => {
+            ctx.metrics.reconcile_total.inc(ReconcileResult::Error);
+            tracing::warn!(rollout = %name, namespace = %namespace, %error, "reconcile failed");
+        }
+    }
+    result
+}
+
+fn error_policy(_: Arc<ConfigRollout>, _: &ReconcileError, _: Arc<Context>) -> Requeue {
+    Requeue::requeue(reconcile::ERROR_REQUEUE)
+}
+
+async fn probe_regions(
+    ctx: Arc<Context>,
+    endpoints: PrometheusEndpoints,
+    leader: LeaderState,
+    stop: CancellationToken,
+) {
+    loop {
+        if let Err(error) = region_status::probe_all(
+            &ctx.hub,
+            &ctx.region_clients,
+            &endpoints,
+            leader.is_leading(),
+        )
+        .await
+        {
+            tracing::warn!(%error, "region probe failed");
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(REGION_PROBE_INTERVAL) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, AppError> {
+        Options::parse(args.iter().map(|arg| (*arg).to_owned()))
+    }
+
+    #[test]
+    fn flags_override_defaults_in_both_spellings() {
+        let options = parse(&[
+            "--namespace",
+            "ops",
+            "--log-format=json",
+            "--leader-election",
+            "false",
+            "--prometheus-url=http://127.0.0.1:9090",
+        ])
+        .unwrap();
+        assert_eq!(options.namespace, "ops");
+        assert_eq!(options.log_format, LogFormat::Json);
+        assert!(!options.leader_election);
+        assert_eq!(
+            options.prometheus_url.as_deref(),
+            Some("http://127.0.0.1:9090")
+        );
+    }
+
+    #[test]
+    fn an_unknown_option_is_named() {
+        let error = parse(&["--colour", "blue"]).unwrap_err();
+        assert!(error.to_string().contains("--colour"), "{error}");
+    }
+
+    #[test]
+    fn a_flag_without_value_is_named() {
+        let error = parse(&["--namespace"]).unwrap_err();
+        assert!(error.to_string().contains("--namespace"), "{error}");
+    }
+
+    #[test]
+    fn a_malformed_boolean_is_refused() {
+        let error = parse(&["--leader-election", "yes"]).unwrap_err();
+        assert!(error.to_string().contains("--leader-election"), "{error}");
+    }
+}

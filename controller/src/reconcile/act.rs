@@ -1,0 +1,240 @@
+//! Carrying out the engine's actions. Each is idempotent on the region side, and all run
+//! before the status is written, so a crash in between repeats harmless work rather than
+//! losing it.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+
+use super::revision_store::RevisionStore;
+use super::{Context, ReconcileError};
+use crate::api::{ConfigRollout, Region};
+use crate::crdt::{Stamp, WriterId};
+use crate::engine::{Action, EventType};
+use crate::regions::RegionError;
+use crate::regions::publication::RevisionState;
+use crate::regions::store::{self, DriftHandling, TargetObject};
+
+/// What acting did, for logs and metrics: counts only.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ActReport {
+    /// Region merges that succeeded.
+    pub region_merges: u32,
+    /// Region merges that failed (the next observation reports why).
+    pub region_failures: u32,
+    /// Writes made in regions.
+    pub region_writes: u32,
+}
+
+/// Everything [`act`] needs besides the actions.
+pub struct ActInput<'a> {
+    /// The rollout.
+    pub rollout: &'a ConfigRollout,
+    /// The rollout's writer id.
+    pub writer: &'a WriterId,
+    /// The desired data, for a revision being declared.
+    pub desired: &'a BTreeMap<String, String>,
+    /// Stored revisions; a declared one is added.
+    pub revisions: &'a mut BTreeMap<String, RevisionState>,
+    /// Every Region, by name.
+    pub regions: &'a BTreeMap<String, Region>,
+}
+
+/// Carries out `actions` in order.
+pub async fn act(
+    ctx: &Context,
+    input: ActInput<'_>,
+    actions: &[Action],
+) -> Result<ActReport, ReconcileError> {
+    let rollout = input.rollout;
+    let namespace = rollout.namespace().unwrap_or_default();
+    let store = RevisionStore::new(ctx.hub.clone(), &namespace);
+    let mut report = ActReport::default();
+    for action in actions {
+        match action {
+            Action::DeclareRevision { name, stamp, .. } => {
+                let stamp = parse_stamp(stamp)?;
+                let number = revision_number(name);
+                let previous = latest_before(input.revisions, number);
+                let revision = RevisionState::declare(name, previous, input.desired, stamp);
+                store.save(rollout, &revision, number).await?;
+                input.revisions.insert(name.clone(), revision);
+            }
+            Action::Publish {
+                region,
+                revision,
+                step,
+            } => {
+                let Some(state) = input.revisions.get(revision) else {
+                    return Err(ReconcileError::MissingRevision {
+                        revision: revision.clone(),
+                    });
+                };
+                let publication = state.publication(*step);
+                let result =
+                    merge(ctx, &input, region, revision, |_| Ok(publication.clone())).await;
+                record(&mut report, region, revision, "publish", result);
+            }
+            Action::Rollback { region, revision } => {
+                let Some(state) = input.revisions.get(revision) else {
+                    return Err(ReconcileError::MissingRevision {
+                        revision: revision.clone(),
+                    });
+                };
+                let fresh = ctx.fresh_stamp(input.writer);
+                let label = format!("{revision}-rollback");
+                let result = merge(ctx, &input, region, &label, |replica| {
+                    state.rollback(replica, fresh.clone()).map_err(|source| {
+                        RegionError::Compensation {
+                            reason: source.to_string(),
+                        }
+                    })
+                })
+                .await;
+                record(&mut report, region, revision, "rollback", result);
+            }
+            Action::RestartConsumers {
+                region, revision, ..
+            } => {
+                // Consumers are refused as InvalidSpec until delivery lands, so the engine
+                // cannot ask for this; say so loudly if it ever does.
+                tracing::warn!(
+                    region,
+                    revision,
+                    "consumer restart requested but consumer delivery is not available"
+                );
+            }
+            Action::Event {
+                type_,
+                reason,
+                message,
+            } => publish_event(&ctx.recorder, rollout, *type_, reason, message).await,
+        }
+    }
+    Ok(report)
+}
+
+async fn merge(
+    ctx: &Context,
+    input: &ActInput<'_>,
+    region_name: &str,
+    revision: &str,
+    delta_for: impl Fn(&crate::crdt::Replica) -> Result<crate::crdt::Delta, RegionError>,
+) -> Result<store::Materialized, RegionError> {
+    let region = input
+        .regions
+        .get(region_name)
+        .ok_or_else(|| RegionError::UnknownRegion {
+            region: region_name.to_owned(),
+        })?;
+    let client = ctx
+        .region_clients
+        .client(region)
+        .await
+        .map_err(|source| RegionError::Client {
+            reason: source.to_string(),
+        })?;
+    let rollout_ref = format!(
+        "{}/{}",
+        input.rollout.namespace().unwrap_or_default(),
+        input.rollout.name_any()
+    );
+    let target = TargetObject {
+        namespace: &input.rollout.spec.target.namespace,
+        name: &input.rollout.spec.target.name,
+        rollout: &rollout_ref,
+        revision,
+    };
+    let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
+    let drift = DriftHandling {
+        policy: &input.rollout.spec.drift_policy,
+        adopt_stamp: Some(&adopt_stamp),
+    };
+    store::materialize(&client, &ctx.digest_key, &target, drift, delta_for).await
+}
+
+fn record(
+    report: &mut ActReport,
+    region: &str,
+    revision: &str,
+    operation: &str,
+    result: Result<store::Materialized, RegionError>,
+) {
+    match result {
+        Ok(materialized) => {
+            report.region_merges += 1;
+            report.region_writes += materialized.writes;
+            tracing::info!(
+                region,
+                revision,
+                operation,
+                writes = materialized.writes,
+                digest = %materialized.digest,
+                "region merged"
+            );
+        }
+        Err(error) => {
+            report.region_failures += 1;
+            tracing::warn!(region, revision, operation, %error, "region merge failed");
+        }
+    }
+}
+
+async fn publish_event(
+    recorder: &Recorder,
+    rollout: &ConfigRollout,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let event = Event {
+        type_: match type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: reason.to_owned(),
+        note: Some(message.to_owned()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    let reference = kube::Resource::object_ref(rollout, &());
+    match tokio::time::timeout(
+        super::HUB_CALL_TIMEOUT,
+        recorder.publish(&event, &reference),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(reason, %error, "event not recorded"),
+        Err(_) => tracing::warn!(reason, "event not recorded: timed out"),
+    }
+}
+
+/// The most recent stored revision numbered below `number`: the one a new revision
+/// follows. (A revision of the same number may be stored already, from a declaration the
+/// status never recorded; it is replaced, not built upon.)
+pub fn latest_before(
+    revisions: &BTreeMap<String, RevisionState>,
+    number: i64,
+) -> Option<&RevisionState> {
+    revisions
+        .values()
+        .filter(|revision| revision_number(&revision.name) < number)
+        .max_by_key(|revision| revision_number(&revision.name))
+}
+
+/// The number of `r<N>`, 0 if the name has another form.
+pub fn revision_number(name: &str) -> i64 {
+    name.strip_prefix('r')
+        .and_then(|number| number.parse().ok())
+        .unwrap_or(0)
+}
+
+fn parse_stamp(text: &str) -> Result<Stamp, ReconcileError> {
+    text.parse::<Stamp>()
+        .map_err(|source| ReconcileError::Encoding {
+            what: "fresh stamp",
+            reason: source.to_string(),
+        })
+}

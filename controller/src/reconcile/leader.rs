@@ -1,0 +1,948 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, so that two replicas are safe:
+//! only the process holding the Lease patches anything.
+//!
+//! The decisions are pure ([`Sighting::observe`], [`decide`], [`claim`], [`release`],
+//! [`Tenure`]) and take the clock as an argument; [`LeaderElector::run`] is the thin IO loop.
+//!
+//! Expiry of someone else's Lease is judged the way client-go judges it: by how long *this*
+//! process has seen the same record unchanged on its own monotonic clock, never by comparing
+//! the holder's `renewTime` with our wall clock. Clock skew between nodes therefore cannot
+//! make a standby take over early. Our own leadership ends locally at
+//! `last successful renewal (time the request was sent) + renew_deadline`, and
+//! `renew_deadline < lease_duration`, so we stop writing before any standby can consider the
+//! Lease expired.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// The Lease name the controller uses unless told otherwise.
+pub const DEFAULT_LEASE_NAME: &str = "configrollout-controller";
+
+/// Default Lease duration (client-go's default).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+
+/// Why leader election could not proceed. Messages carry HTTP codes and reasons, never the
+/// server's free-text message.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The timings do not keep the safety margin leader election relies on.
+    #[error("invalid lease timing: {0}")]
+    InvalidTiming(&'static str),
+    /// The identity is empty.
+    #[error("the leader election identity must not be empty")]
+    EmptyIdentity,
+    /// Someone else wrote the Lease between our read and our write (HTTP 409).
+    #[error("{operation}: another candidate wrote the Lease first")]
+    Conflict {
+        /// What was being done.
+        operation: &'static str,
+    },
+    /// The API server answered with an error status.
+    #[error("{operation}: API server answered {code} {reason}")]
+    Api {
+        /// What was being done.
+        operation: &'static str,
+        /// HTTP status code.
+        code: u16,
+        /// The status reason (e.g. `Forbidden`).
+        reason: String,
+    },
+    /// The API server could not be reached.
+    #[error("{operation}: API server unreachable: {reason}")]
+    Unreachable {
+        /// What was being done.
+        operation: &'static str,
+        /// The transport error.
+        reason: String,
+    },
+    /// The API server did not answer in time.
+    #[error("{operation}: no answer within {after:?}")]
+    Timeout {
+        /// What was being done.
+        operation: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+}
+
+/// Where the Lease is, who we are, and the timings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Our `holderIdentity`; unique per process (see [`default_identity`]).
+    pub identity: String,
+    /// `leaseDurationSeconds` written into the Lease: how long a standby waits, after the
+    /// record stops changing, before taking over. Whole seconds.
+    pub lease_duration: Duration,
+    /// How often the holder renews.
+    pub renew_interval: Duration,
+    /// How long after the last successful renewal the holder stops leading if it cannot
+    /// renew. Must be below `lease_duration`.
+    pub renew_deadline: Duration,
+    /// How often a standby polls, and how soon a failed renewal is retried.
+    pub retry_period: Duration,
+    /// Timeout of each API call.
+    pub call_timeout: Duration,
+}
+
+impl LeaseConfig {
+    /// Defaults derived from [`DEFAULT_LEASE_DURATION`]; see [`LeaseConfig::with_lease_duration`].
+    pub fn new(
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        let config = LeaseConfig {
+            namespace: namespace.into(),
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_interval: Duration::ZERO,
+            renew_deadline: Duration::ZERO,
+            retry_period: Duration::ZERO,
+            call_timeout: Duration::ZERO,
+        };
+        config.with_lease_duration(DEFAULT_LEASE_DURATION)
+    }
+
+    /// Sets the Lease duration (rounded down to whole seconds, at least one) and derives the
+    /// rest from it: renew every third, give up leading after two thirds, poll and retry
+    /// every fifth, and let each call take at most a sixth.
+    pub fn with_lease_duration(mut self, lease_duration: Duration) -> Self {
+        let lease_duration = Duration::from_secs(lease_duration.as_secs().max(1));
+        self.lease_duration = lease_duration;
+        self.renew_interval = lease_duration / 3;
+        self.renew_deadline = lease_duration * 2 / 3;
+        self.retry_period = lease_duration / 5;
+        self.call_timeout = lease_duration / 6;
+        self
+    }
+
+    /// Checks the orderings the safety argument relies on.
+    pub fn validate(&self) -> Result<(), LeaderError> {
+        if self.identity.is_empty() {
+            return Err(LeaderError::EmptyIdentity);
+        }
+        if self.lease_duration.as_secs() < 1 || self.lease_duration.subsec_nanos() != 0 {
+            return Err(LeaderError::InvalidTiming(
+                "lease_duration must be a whole number of seconds, at least one",
+            ));
+        }
+        if self.renew_deadline >= self.lease_duration {
+            return Err(LeaderError::InvalidTiming(
+                "renew_deadline must be shorter than lease_duration",
+            ));
+        }
+        if self.renew_interval.is_zero() || self.renew_interval >= self.renew_deadline {
+            return Err(LeaderError::InvalidTiming(
+                "renew_interval must be positive and shorter than renew_deadline",
+            ));
+        }
+        if self.retry_period.is_zero() || self.call_timeout.is_zero() {
+            return Err(LeaderError::InvalidTiming(
+                "retry_period and call_timeout must be positive",
+            ));
+        }
+        if self.call_timeout * 2 > self.renew_deadline {
+            return Err(LeaderError::InvalidTiming(
+                "a renewal (read and write) must fit in renew_deadline",
+            ));
+        }
+        Ok(())
+    }
+
+    fn lease_duration_seconds(&self) -> i32 {
+        i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX)
+    }
+}
+
+/// `POD_NAME` when set (the Deployment passes it through the downward API), otherwise
+/// `<hostname>-<pid>`, so two processes on one host never share an identity.
+pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.trim().is_empty()
+    {
+        return pod.trim().to_owned();
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|host| !host.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The Lease record as this process last saw it, and since when (our monotonic clock) it
+/// has been unchanged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sighting {
+    spec: LeaseSpec,
+    since: Instant,
+}
+
+impl Sighting {
+    /// Records `lease` as seen at `now`; an unchanged record keeps the earlier `since`.
+    pub fn observe(previous: Option<&Sighting>, lease: &Lease, now: Instant) -> Sighting {
+        let spec = lease.spec.clone().unwrap_or_default();
+        match previous {
+            Some(previous) if previous.spec == spec => previous.clone(),
+            _ => Sighting { spec, since: now },
+        }
+    }
+
+    /// Whether the record has gone unchanged for its `leaseDurationSeconds` (falling back to
+    /// `fallback` when the record does not say).
+    fn expired(&self, now: Instant, fallback: Duration) -> bool {
+        let duration = self
+            .spec
+            .lease_duration_seconds
+            .and_then(|seconds| u64::try_from(seconds).ok())
+            .filter(|seconds| *seconds > 0)
+            .map_or(fallback, Duration::from_secs);
+        now.saturating_duration_since(self.since) >= duration
+    }
+
+    fn remaining(&self, now: Instant, fallback: Duration) -> Duration {
+        let duration = self
+            .spec
+            .lease_duration_seconds
+            .and_then(|seconds| u64::try_from(seconds).ok())
+            .filter(|seconds| *seconds > 0)
+            .map_or(fallback, Duration::from_secs);
+        duration.saturating_sub(now.saturating_duration_since(self.since))
+    }
+}
+
+/// What to do with the Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// There is no Lease: create it with us as holder.
+    Create,
+    /// We hold it: renew it.
+    Renew,
+    /// It is free or expired: take it over (`leaseTransitions` + 1).
+    Acquire,
+    /// Someone else holds it and it has not expired by our observation.
+    Wait {
+        /// The current holder.
+        holder: String,
+        /// How long until it would expire if it stays unchanged.
+        expires_in: Duration,
+    },
+}
+
+/// Decides what to do with `lease` (absent = not created yet). `sighting` must be the result
+/// of [`Sighting::observe`] for this same `lease` at `now`.
+pub fn decide(
+    lease: Option<&Lease>,
+    sighting: Option<&Sighting>,
+    config: &LeaseConfig,
+    now: Instant,
+) -> LeaseAction {
+    let Some(lease) = lease else {
+        return LeaseAction::Create;
+    };
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref())
+        .filter(|holder| !holder.is_empty());
+    match holder {
+        None => LeaseAction::Acquire,
+        Some(holder) if holder == config.identity => LeaseAction::Renew,
+        Some(holder) => {
+            let current = sighting.filter(|sighting| Some(&sighting.spec) == lease.spec.as_ref());
+            match current {
+                Some(sighting) if sighting.expired(now, config.lease_duration) => {
+                    LeaseAction::Acquire
+                }
+                Some(sighting) => LeaseAction::Wait {
+                    holder: holder.to_owned(),
+                    expires_in: sighting.remaining(now, config.lease_duration),
+                },
+                // Never seen this record before: it is fresh for us, however old its
+                // renewTime claims to be.
+                None => LeaseAction::Wait {
+                    holder: holder.to_owned(),
+                    expires_in: config.lease_duration,
+                },
+            }
+        }
+    }
+}
+
+/// The Lease to write for `action` (`Create`, `Renew` or `Acquire`; `None` for `Wait`), at
+/// wall-clock time `wall_now`. The result keeps `lease`'s `resourceVersion`, so the write
+/// is a compare-and-swap.
+pub fn claim(
+    lease: Option<&Lease>,
+    action: &LeaseAction,
+    config: &LeaseConfig,
+    wall_now: Timestamp,
+) -> Option<Lease> {
+    let now = MicroTime(wall_now);
+    match (action, lease) {
+        (LeaseAction::Wait { .. }, _) => None,
+        (LeaseAction::Create, _) | (_, None) => Some(Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                namespace: Some(config.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(config.lease_duration_seconds()),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        }),
+        (LeaseAction::Renew, Some(lease)) => {
+            let mut lease = lease.clone();
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = Some(config.identity.clone());
+            spec.lease_duration_seconds = Some(config.lease_duration_seconds());
+            if spec.acquire_time.is_none() {
+                spec.acquire_time = Some(now.clone());
+            }
+            spec.renew_time = Some(now);
+            Some(lease)
+        }
+        (LeaseAction::Acquire, Some(lease)) => {
+            let mut lease = lease.clone();
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = Some(config.identity.clone());
+            spec.lease_duration_seconds = Some(config.lease_duration_seconds());
+            spec.acquire_time = Some(now.clone());
+            spec.renew_time = Some(now);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+            Some(lease)
+        }
+    }
+}
+
+/// The Lease to write to hand it over at once: no holder, so a standby acquires it on its
+/// next poll instead of waiting out the duration. `None` when we do not hold it.
+pub fn release(lease: &Lease, config: &LeaseConfig, wall_now: Timestamp) -> Option<Lease> {
+    let spec = lease.spec.as_ref()?;
+    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+        return None;
+    }
+    let mut lease = lease.clone();
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(wall_now));
+    Some(lease)
+}
+
+/// Our leadership, measured on the monotonic clock from the moment the last successful
+/// renewal was *sent* (others can only have seen it later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tenure {
+    renewal_sent: Instant,
+}
+
+impl Tenure {
+    /// Leadership confirmed by a renewal sent at `renewal_sent`.
+    pub fn renewed(renewal_sent: Instant) -> Self {
+        Tenure { renewal_sent }
+    }
+
+    /// When we must stop leading unless renewed again.
+    pub fn deadline(&self, config: &LeaseConfig) -> Instant {
+        self.renewal_sent + config.renew_deadline
+    }
+
+    /// Whether we may still act as leader at `now`.
+    pub fn leading_at(&self, now: Instant, config: &LeaseConfig) -> bool {
+        now < self.deadline(config)
+    }
+}
+
+/// Read side of the election, cheap to clone. The rule for every writer: only patch while
+/// [`LeaderState::is_leading`] is true, and stop when [`LeaderState::lost`] resolves.
+#[derive(Clone, Debug)]
+pub struct LeaderState {
+    leading: watch::Receiver<bool>,
+    reachable: watch::Receiver<bool>,
+    /// Senders kept alive for a state without an elector ([`LeaderState::always_leading`]).
+    _fixed: Option<std::sync::Arc<(watch::Sender<bool>, watch::Sender<bool>)>>,
+}
+
+impl LeaderState {
+    /// A state that is always leading and reachable, for a process run without election
+    /// (a single replica, or tests).
+    pub fn always_leading() -> Self {
+        let (leading_tx, leading) = watch::channel(true);
+        let (reachable_tx, reachable) = watch::channel(true);
+        LeaderState {
+            leading,
+            reachable,
+            _fixed: Some(std::sync::Arc::new((leading_tx, reachable_tx))),
+        }
+    }
+
+    /// A state driven by the given channels (tests of the consumers).
+    #[cfg(test)]
+    pub(crate) fn from_channels(
+        leading: watch::Receiver<bool>,
+        reachable: watch::Receiver<bool>,
+    ) -> Self {
+        LeaderState {
+            leading,
+            reachable,
+            _fixed: None,
+        }
+    }
+
+    /// Whether this process holds the Lease now. False once the elector is gone, whatever
+    /// it last said.
+    pub fn is_leading(&self) -> bool {
+        self.leading.has_changed().is_ok() && *self.leading.borrow()
+    }
+
+    /// Whether the elector's last attempt reached the API server (leading or standing by
+    /// knowingly, as opposed to cut off).
+    pub fn is_reachable(&self) -> bool {
+        self.reachable.has_changed().is_ok() && *self.reachable.borrow()
+    }
+
+    /// Resolves once this process leads (at once if it does). Also resolves if the elector
+    /// is gone, with `false`.
+    pub async fn acquired(&self) -> bool {
+        let mut leading = self.leading.clone();
+        // wait_for answers from the last value even when the elector is gone.
+        leading.wait_for(|leading| *leading).await.is_ok() && self.is_leading()
+    }
+
+    /// Resolves once this process does not lead (at once if it does not), including when the
+    /// elector is gone.
+    pub async fn lost(&self) {
+        let mut leading = self.leading.clone();
+        // An Err means the elector is gone, which also means we do not lead.
+        let _ = leading.wait_for(|leading| !*leading).await;
+    }
+
+    /// The underlying channel, for `select!` loops that track changes.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.leading.clone()
+    }
+}
+
+/// The IO side: runs the election until shut down, then releases the Lease.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    sighting: Option<Sighting>,
+    leading: watch::Sender<bool>,
+    reachable: watch::Sender<bool>,
+}
+
+/// What one attempt found.
+enum Attempt {
+    Leading,
+    Standby { holder: String },
+}
+
+impl LeaderElector {
+    /// An elector on the Lease named by `config`, through `client`, and its read side.
+    pub fn new(
+        client: kube::Client,
+        config: LeaseConfig,
+    ) -> Result<(LeaderElector, LeaderState), LeaderError> {
+        config.validate()?;
+        let (leading, leading_rx) = watch::channel(false);
+        let (reachable, reachable_rx) = watch::channel(false);
+        let elector = LeaderElector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            sighting: None,
+            leading,
+            reachable,
+        };
+        Ok((
+            elector,
+            LeaderState {
+                leading: leading_rx,
+                reachable: reachable_rx,
+                _fixed: None,
+            },
+        ))
+    }
+
+    /// Campaigns, renews and polls until `shutdown` is cancelled; then stops leading and
+    /// releases the Lease if we hold it. Cancel `shutdown` only after the writers have
+    /// stopped, so that nothing writes after the hand-over. Errors of single attempts are
+    /// logged and retried; the only error returned is a failed release.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), LeaderError> {
+        let config = self.config.clone();
+        let mut tenure: Option<Tenure> = None;
+        info!(
+            lease = %config.name,
+            namespace = %config.namespace,
+            identity = %config.identity,
+            "leader election started"
+        );
+        loop {
+            let sent = Instant::now();
+            let attempt_deadline = match tenure {
+                Some(tenure) => tenure.deadline(&config),
+                None => sent + config.call_timeout * 2,
+            };
+            let outcome = tokio::select! {
+                () = shutdown.cancelled() => break,
+                outcome = tokio::time::timeout_at(attempt_deadline, self.attempt(sent)) => outcome,
+            };
+            let next = match outcome {
+                Ok(Ok(Attempt::Leading)) => {
+                    tenure = Some(Tenure::renewed(sent));
+                    self.reachable.send_replace(true);
+                    self.set_leading(true);
+                    sent + config.renew_interval
+                }
+                Ok(Ok(Attempt::Standby { holder })) => {
+                    tenure = None;
+                    self.reachable.send_replace(true);
+                    self.set_leading(false);
+                    debug!(%holder, "standing by");
+                    Instant::now() + config.retry_period
+                }
+                Ok(Err(error)) => {
+                    self.reachable.send_replace(false);
+                    warn!(%error, leading = tenure.is_some(), "lease attempt failed");
+                    Instant::now() + config.retry_period
+                }
+                Err(_) => {
+                    self.reachable.send_replace(false);
+                    warn!(leading = tenure.is_some(), "lease attempt timed out");
+                    Instant::now() + config.retry_period
+                }
+            };
+            // Sleep until the next attempt, waking at the renew deadline to stop leading
+            // before anyone else could consider the Lease expired.
+            let wake = match tenure {
+                Some(tenure) => next.min(tenure.deadline(&config)),
+                None => next,
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            if let Some(held) = tenure
+                && !held.leading_at(Instant::now(), &config)
+            {
+                tenure = None;
+                warn!("could not renew the lease before the renew deadline; stopped leading");
+                self.set_leading(false);
+            }
+        }
+        self.set_leading(false);
+        self.release_held().await
+    }
+
+    /// One read-decide-write round. `sent` is when it started.
+    async fn attempt(&mut self, sent: Instant) -> Result<Attempt, LeaderError> {
+        let timeout = self.config.call_timeout;
+        let lease = call("read lease", timeout, self.api.get_opt(&self.config.name)).await?;
+        self.sighting = lease
+            .as_ref()
+            .map(|lease| Sighting::observe(self.sighting.as_ref(), lease, sent));
+        let action = decide(lease.as_ref(), self.sighting.as_ref(), &self.config, sent);
+        let Some(desired) = claim(lease.as_ref(), &action, &self.config, Timestamp::now()) else {
+            let holder = match action {
+                LeaseAction::Wait { holder, .. } => holder,
+                _ => String::new(),
+            };
+            return Ok(Attempt::Standby { holder });
+        };
+        let params = PostParams::default();
+        let written = match action {
+            LeaseAction::Create => {
+                call("create lease", timeout, self.api.create(&params, &desired)).await
+            }
+            _ => {
+                call(
+                    "write lease",
+                    timeout,
+                    self.api.replace(&self.config.name, &params, &desired),
+                )
+                .await
+            }
+        };
+        match written {
+            Ok(written) => {
+                if action == LeaseAction::Acquire || action == LeaseAction::Create {
+                    info!(
+                        identity = %self.config.identity,
+                        transitions = written.spec.as_ref().and_then(|spec| spec.lease_transitions),
+                        "acquired the lease"
+                    );
+                }
+                self.sighting = Some(Sighting::observe(None, &written, sent));
+                Ok(Attempt::Leading)
+            }
+            // Someone else created or took it between our read and write. When we were
+            // renewing this is not proof that we lost: the next read tells.
+            Err(LeaderError::Conflict { .. }) if action != LeaseAction::Renew => {
+                let holder = String::from("another candidate");
+                Ok(Attempt::Standby { holder })
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Hands the Lease over if we hold it.
+    async fn release_held(&self) -> Result<(), LeaderError> {
+        let timeout = self.config.call_timeout;
+        let Some(lease) = call("read lease", timeout, self.api.get_opt(&self.config.name)).await?
+        else {
+            return Ok(());
+        };
+        let Some(released) = release(&lease, &self.config, Timestamp::now()) else {
+            return Ok(());
+        };
+        call(
+            "release lease",
+            timeout,
+            self.api
+                .replace(&self.config.name, &PostParams::default(), &released),
+        )
+        .await?;
+        info!(identity = %self.config.identity, "released the lease");
+        Ok(())
+    }
+
+    fn set_leading(&self, leading: bool) {
+        let changed = self.leading.send_if_modified(|current| {
+            let changed = *current != leading;
+            *current = leading;
+            changed
+        });
+        if changed {
+            info!(identity = %self.config.identity, leading, "leadership changed");
+        }
+    }
+}
+
+/// Runs one API call with a timeout, keeping the HTTP code and reason, not the message.
+async fn call<T>(
+    operation: &'static str,
+    timeout: Duration,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<T, LeaderError> {
+    match tokio::time::timeout(timeout, request).await {
+        Err(_) => Err(LeaderError::Timeout {
+            operation,
+            after: timeout,
+        }),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
+            Err(LeaderError::Conflict { operation })
+        }
+        Ok(Err(kube::Error::Api(status))) => Err(LeaderError::Api {
+            operation,
+            code: status.code,
+            reason: status.reason.clone(),
+        }),
+        Ok(Err(other)) => Err(LeaderError::Unreachable {
+            operation,
+            reason: other.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(identity: &str) -> LeaseConfig {
+        LeaseConfig::new("configrollout-system", DEFAULT_LEASE_NAME, identity)
+    }
+
+    fn lease(holder: Option<&str>, transitions: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(DEFAULT_LEASE_NAME.into()),
+                namespace: Some("configrollout-system".into()),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                lease_duration_seconds: Some(15),
+                lease_transitions: Some(transitions),
+                renew_time: Some(MicroTime(Timestamp::UNIX_EPOCH)),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    fn wall() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn spec(lease: &Lease) -> &LeaseSpec {
+        lease.spec.as_ref().unwrap()
+    }
+
+    #[test]
+    fn default_timings_keep_the_safety_margin() {
+        let config = config("a");
+        config.validate().unwrap();
+        assert_eq!(config.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.renew_interval, Duration::from_secs(5));
+        assert_eq!(config.renew_deadline, Duration::from_secs(10));
+        assert!(config.renew_deadline < config.lease_duration);
+        assert!(config.call_timeout * 2 <= config.renew_deadline);
+    }
+
+    #[test]
+    fn timings_that_would_let_two_lead_are_refused() {
+        let mut bad = config("a");
+        bad.renew_deadline = bad.lease_duration;
+        assert!(matches!(bad.validate(), Err(LeaderError::InvalidTiming(_))));
+        let mut bad = config("a");
+        bad.renew_interval = bad.renew_deadline;
+        assert!(matches!(bad.validate(), Err(LeaderError::InvalidTiming(_))));
+        let mut bad = config("a");
+        bad.call_timeout = bad.renew_deadline;
+        assert!(matches!(bad.validate(), Err(LeaderError::InvalidTiming(_))));
+        assert!(matches!(
+            config("").validate(),
+            Err(LeaderError::EmptyIdentity)
+        ));
+        // Short durations used by tests still validate.
+        config("a")
+            .with_lease_duration(Duration::from_secs(3))
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn missing_lease_is_created_with_us_as_holder() {
+        let me = config("a");
+        let now = Instant::now();
+        let action = decide(None, None, &me, now);
+        assert_eq!(action, LeaseAction::Create);
+        let created = claim(None, &action, &me, wall()).unwrap();
+        assert_eq!(created.metadata.name.as_deref(), Some(DEFAULT_LEASE_NAME));
+        assert_eq!(
+            created.metadata.namespace.as_deref(),
+            Some("configrollout-system")
+        );
+        assert_eq!(spec(&created).holder_identity.as_deref(), Some("a"));
+        assert_eq!(spec(&created).lease_duration_seconds, Some(15));
+        assert_eq!(spec(&created).lease_transitions, Some(0));
+        assert_eq!(spec(&created).renew_time, Some(MicroTime(wall())));
+    }
+
+    #[test]
+    fn free_lease_is_acquired_at_once() {
+        let me = config("a");
+        let now = Instant::now();
+        for free in [lease(None, 3), lease(Some(""), 3)] {
+            let sighting = Sighting::observe(None, &free, now);
+            let action = decide(Some(&free), Some(&sighting), &me, now);
+            assert_eq!(action, LeaseAction::Acquire);
+            let taken = claim(Some(&free), &action, &me, wall()).unwrap();
+            assert_eq!(spec(&taken).holder_identity.as_deref(), Some("a"));
+            assert_eq!(spec(&taken).lease_transitions, Some(4));
+            // Compare-and-swap: the write carries the version we read.
+            assert_eq!(taken.metadata.resource_version.as_deref(), Some("42"));
+        }
+    }
+
+    #[test]
+    fn lease_held_by_another_is_not_taken_before_it_expires_by_our_clock() {
+        let me = config("a");
+        let held = lease(Some("b"), 1);
+        let t0 = Instant::now();
+        // Its renewTime is decades old by the wall clock: irrelevant, we have only just
+        // seen it.
+        let sighting = Sighting::observe(None, &held, t0);
+        assert_eq!(
+            decide(Some(&held), Some(&sighting), &me, t0),
+            LeaseAction::Wait {
+                holder: "b".into(),
+                expires_in: Duration::from_secs(15)
+            }
+        );
+        let later = t0 + Duration::from_secs(14);
+        let sighting = Sighting::observe(Some(&sighting), &held, later);
+        assert_eq!(
+            decide(Some(&held), Some(&sighting), &me, later),
+            LeaseAction::Wait {
+                holder: "b".into(),
+                expires_in: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(
+            claim(
+                Some(&held),
+                &decide(Some(&held), Some(&sighting), &me, later),
+                &me,
+                wall()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_renewal_by_the_holder_restarts_the_wait() {
+        let me = config("a");
+        let t0 = Instant::now();
+        let held = lease(Some("b"), 1);
+        let first = Sighting::observe(None, &held, t0);
+        let mut renewed = held.clone();
+        renewed.spec.as_mut().unwrap().renew_time = Some(MicroTime(wall()));
+        let t1 = t0 + Duration::from_secs(10);
+        let second = Sighting::observe(Some(&first), &renewed, t1);
+        let t2 = t0 + Duration::from_secs(16);
+        let third = Sighting::observe(Some(&second), &renewed, t2);
+        assert!(matches!(
+            decide(Some(&renewed), Some(&third), &me, t2),
+            LeaseAction::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn expired_lease_is_taken_over_with_one_more_transition() {
+        let me = config("a");
+        let held = lease(Some("b"), 7);
+        let t0 = Instant::now();
+        let first = Sighting::observe(None, &held, t0);
+        let t1 = t0 + Duration::from_secs(15);
+        let unchanged = Sighting::observe(Some(&first), &held, t1);
+        let action = decide(Some(&held), Some(&unchanged), &me, t1);
+        assert_eq!(action, LeaseAction::Acquire);
+        let taken = claim(Some(&held), &action, &me, wall()).unwrap();
+        assert_eq!(spec(&taken).holder_identity.as_deref(), Some("a"));
+        assert_eq!(spec(&taken).lease_transitions, Some(8));
+        assert_eq!(spec(&taken).acquire_time, Some(MicroTime(wall())));
+        assert_eq!(spec(&taken).renew_time, Some(MicroTime(wall())));
+        assert_eq!(taken.metadata.resource_version.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn expiry_follows_the_duration_the_lease_declares() {
+        let me = config("a");
+        let mut held = lease(Some("b"), 0);
+        held.spec.as_mut().unwrap().lease_duration_seconds = Some(60);
+        let t0 = Instant::now();
+        let first = Sighting::observe(None, &held, t0);
+        let t1 = t0 + Duration::from_secs(30);
+        let again = Sighting::observe(Some(&first), &held, t1);
+        assert!(matches!(
+            decide(Some(&held), Some(&again), &me, t1),
+            LeaseAction::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn own_lease_is_renewed_keeping_transitions_and_acquire_time() {
+        let me = config("a");
+        let mut mine = lease(Some("a"), 2);
+        mine.spec.as_mut().unwrap().acquire_time = Some(MicroTime(Timestamp::UNIX_EPOCH));
+        let now = Instant::now();
+        let sighting = Sighting::observe(None, &mine, now);
+        let action = decide(Some(&mine), Some(&sighting), &me, now);
+        assert_eq!(action, LeaseAction::Renew);
+        let renewed = claim(Some(&mine), &action, &me, wall()).unwrap();
+        assert_eq!(spec(&renewed).holder_identity.as_deref(), Some("a"));
+        assert_eq!(spec(&renewed).lease_transitions, Some(2));
+        assert_eq!(
+            spec(&renewed).acquire_time,
+            Some(MicroTime(Timestamp::UNIX_EPOCH))
+        );
+        assert_eq!(spec(&renewed).renew_time, Some(MicroTime(wall())));
+        assert_eq!(renewed.metadata.resource_version.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn renew_deadline_ends_leadership_before_others_may_take_over() {
+        let me = config("a");
+        let sent = Instant::now();
+        let tenure = Tenure::renewed(sent);
+        assert!(tenure.leading_at(sent, &me));
+        assert!(tenure.leading_at(sent + Duration::from_secs(9), &me));
+        assert!(!tenure.leading_at(sent + me.renew_deadline, &me));
+
+        // A standby that saw our renewal no earlier than we sent it cannot take over
+        // while we still consider ourselves leading.
+        let ours = lease(Some("a"), 0);
+        let standby = config("b");
+        let seen = Sighting::observe(None, &ours, sent);
+        let mut t = sent;
+        while tenure.leading_at(t, &me) {
+            assert!(matches!(
+                decide(Some(&ours), Some(&seen), &standby, t),
+                LeaseAction::Wait { .. }
+            ));
+            t += Duration::from_millis(250);
+        }
+    }
+
+    #[test]
+    fn release_hands_over_only_our_own_lease() {
+        let me = config("a");
+        let released = release(&lease(Some("a"), 5), &me, wall()).unwrap();
+        assert_eq!(spec(&released).holder_identity, None);
+        assert_eq!(spec(&released).lease_transitions, Some(5));
+        assert_eq!(released.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(release(&lease(Some("b"), 5), &me, wall()), None);
+
+        // The standby acquires the released Lease without waiting.
+        let standby = config("b");
+        let now = Instant::now();
+        let sighting = Sighting::observe(None, &released, now);
+        assert_eq!(
+            decide(Some(&released), Some(&sighting), &standby, now),
+            LeaseAction::Acquire
+        );
+    }
+
+    #[tokio::test]
+    async fn leader_state_lost_and_acquired_follow_the_channel() {
+        let (leading, leading_rx) = watch::channel(false);
+        let (_reachable, reachable_rx) = watch::channel(true);
+        let state = LeaderState {
+            leading: leading_rx,
+            reachable: reachable_rx,
+            _fixed: None,
+        };
+        assert!(!state.is_leading());
+        state.lost().await;
+        leading.send_replace(true);
+        assert!(state.acquired().await);
+        assert!(state.is_leading());
+        drop(leading);
+        // The elector is gone: not leading any more.
+        assert!(!state.is_leading());
+        state.lost().await;
+        assert!(!state.acquired().await);
+    }
+
+    #[tokio::test]
+    async fn a_state_without_elector_leads() {
+        let state = LeaderState::always_leading();
+        assert!(state.is_leading());
+        assert!(state.is_reachable());
+        assert!(state.acquired().await);
+    }
+}

@@ -1,0 +1,332 @@
+//! Glue: observe -> the engine decides -> act -> write status. Every API call of the
+//! controller's own cluster (the hub) is here; region calls are in [`crate::regions`].
+
+pub mod act;
+pub mod leader;
+pub mod observe;
+pub mod region_status;
+pub mod revision_store;
+pub mod status_writer;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use kube::ResourceExt;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::Recorder;
+
+use crate::api::ConfigRollout;
+use crate::crdt::{DigestKey, Hlc, Stamp, WriterId, desired_digest};
+use crate::engine::{self, DesiredRevision, GateSampleObservation, Observations};
+use crate::gates::GateProvider;
+use crate::regions::clients::RegionClients;
+use crate::telemetry::metrics::{Metrics, WriteResult};
+use act::ActInput;
+use revision_store::RevisionStore;
+
+/// How long to wait before looking again when nothing asked for an earlier time.
+pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
+/// How long to wait before retrying a reconcile that failed.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
+
+/// How long one hub API call may take.
+pub const HUB_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a reconcile could not finish. Messages carry object names and HTTP reasons, never
+/// configuration values.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The hub's API server answered with an error status.
+    #[error("{operation}: API server answered {code} {reason}")]
+    Api {
+        /// What was being done.
+        operation: &'static str,
+        /// HTTP status code.
+        code: u16,
+        /// The status reason.
+        reason: String,
+    },
+    /// The hub's API server could not be reached or did not answer in time.
+    #[error("{operation}: {reason}")]
+    Unreachable {
+        /// What was being done.
+        operation: &'static str,
+        /// Transport error or timeout.
+        reason: String,
+    },
+    /// A stored revision does not decode.
+    #[error("stored revision {object} is malformed: {reason}")]
+    MalformedRevision {
+        /// ControllerRevision name.
+        object: String,
+        /// What is wrong (no values).
+        reason: String,
+    },
+    /// A revision's state does not fit in one object.
+    #[error("revision {revision} does not fit in a ControllerRevision: {reason}")]
+    RevisionTooLarge {
+        /// Revision name.
+        revision: String,
+        /// The encoder's error.
+        reason: String,
+    },
+    /// Something could not be serialised.
+    #[error("encoding {what}: {reason}")]
+    Encoding {
+        /// What.
+        what: &'static str,
+        /// The serializer's error.
+        reason: String,
+    },
+    /// A derived object name exceeds the API server's limit.
+    #[error("object name {name:?} is longer than 253 characters")]
+    NameTooLong {
+        /// The name.
+        name: String,
+    },
+    /// This replica does not hold the Lease: it must not write status.
+    #[error("not the leader: status not written")]
+    NotLeader,
+    /// An action names a revision that is not stored.
+    #[error("revision {revision} is not stored in the hub")]
+    MissingRevision {
+        /// Revision name.
+        revision: String,
+    },
+    /// The rollout's namespace or name cannot form a writer id.
+    #[error("rollout cannot form a writer id: {reason}")]
+    Writer {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The controller's own cluster.
+    pub hub: kube::Client,
+    /// Clients of the regions.
+    pub region_clients: RegionClients,
+    /// Key of every digest.
+    pub digest_key: DigestKey,
+    /// The hybrid logical clock stamps are minted from (its writer is replaced by the
+    /// rollout's or the adopting writer's).
+    pub clock: Mutex<Hlc>,
+    /// Writer of edits adopted under `driftPolicy: Adopt`.
+    pub adopt_writer: WriterId,
+    /// Where gate samples are taken.
+    pub gates: Arc<dyn GateProvider>,
+    /// Events on rollouts.
+    pub recorder: Recorder,
+    /// Whether this replica holds the Lease now.
+    pub leading: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The process's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Context {
+    /// A fresh stamp for `writer`, after every stamp this process issued or observed.
+    pub fn fresh_stamp(&self, writer: &WriterId) -> Stamp {
+        let stamp = match self.clock.lock() {
+            Ok(mut clock) => clock.now(),
+            // A panic elsewhere poisoned the clock; its state is still a valid clock.
+            Err(poisoned) => poisoned.into_inner().now(),
+        };
+        Stamp::new(stamp.wall_ms, stamp.logical, writer.clone())
+    }
+
+    /// Moves the clock past `stamp`, so that stamps minted after a restart still follow
+    /// the stored ones. A stamp too far ahead is refused by the clock, and logged.
+    fn observe_stamp(&self, stamp: &Stamp) {
+        let result = match self.clock.lock() {
+            Ok(mut clock) => clock.observe(stamp),
+            Err(poisoned) => poisoned.into_inner().observe(stamp),
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "stored revision stamp not observed");
+        }
+    }
+}
+
+/// One reconcile of one rollout: fetch, observe the regions, sample due gates, let the
+/// engine decide, act, write status.
+pub async fn reconcile(
+    rollout: Arc<ConfigRollout>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, ReconcileError> {
+    let now = Utc::now();
+    let namespace = rollout.namespace().unwrap_or_default();
+    let writer = WriterId::rollout(&namespace, &rollout.name_any()).map_err(|source| {
+        ReconcileError::Writer {
+            reason: source.to_string(),
+        }
+    })?;
+    let status = rollout.status.clone().unwrap_or_default();
+
+    // Fetch (hub).
+    let desired = observe::desired_data(&ctx.hub, &rollout).await?;
+    let regions = observe::regions(&ctx.hub).await?;
+    let approvals = observe::approvals(&ctx.hub, &rollout).await?;
+    let store = RevisionStore::new(ctx.hub.clone(), &namespace);
+    let mut revisions = store.load(&rollout).await?;
+    for revision in revisions.values() {
+        ctx.observe_stamp(&revision.stamp);
+    }
+
+    // Observe (regions).
+    let mut spec_errors = Vec::new();
+    let desired = desired.unwrap_or_else(|error| {
+        spec_errors.push(error);
+        BTreeMap::new()
+    });
+    if !rollout.spec.consumers.is_empty() {
+        spec_errors.push(
+            "spec.consumers: consumer delivery and activation are not supported by this controller version"
+                .to_owned(),
+        );
+    }
+    let current = status
+        .revision
+        .as_ref()
+        .and_then(|name| revisions.get(name));
+    let region_observations = futures::future::join_all(regions.iter().map(|region| {
+        observe::region(
+            &ctx.region_clients,
+            &ctx.digest_key,
+            region,
+            &rollout.spec.target,
+            current,
+            &rollout.spec.strategy.expand_contract,
+        )
+    }))
+    .await;
+    let gate_samples = sample_gates(&ctx, &rollout, &status, now).await;
+    let changes = current.map(|revision| revision.changes_to(&desired));
+    let observations = Observations {
+        generation: rollout.metadata.generation.unwrap_or_default(),
+        desired: DesiredRevision {
+            digest: if spec_errors.is_empty() {
+                desired_digest(&ctx.digest_key, &desired)
+            } else {
+                String::new()
+            },
+            keys_set: changes.map_or(u32::try_from(desired.len()).unwrap_or(u32::MAX), |c| c.set),
+            keys_removed: changes.map_or(0, |c| c.removed),
+        },
+        fresh_stamp: ctx.fresh_stamp(&writer).to_string(),
+        regions: region_observations,
+        gate_samples,
+        approvals,
+        control: observe::control(&rollout),
+        spec_errors,
+    };
+
+    // Decide (pure).
+    let decision = engine::step(&rollout.spec, &status, &observations, now);
+
+    // Act, then write status: only while leading.
+    if !(ctx.leading)() {
+        return Err(ReconcileError::NotLeader);
+    }
+    let regions_by_name = regions
+        .into_iter()
+        .map(|region| (region.name_any(), region))
+        .collect();
+    let report = act::act(
+        &ctx,
+        ActInput {
+            rollout: &rollout,
+            writer: &writer,
+            desired: &desired,
+            revisions: &mut revisions,
+            regions: &regions_by_name,
+        },
+        &decision.actions,
+    )
+    .await?;
+    ctx.metrics
+        .region_writes_total
+        .add(WriteResult::Ok, u64::from(report.region_writes));
+    ctx.metrics
+        .region_writes_total
+        .add(WriteResult::Error, u64::from(report.region_failures));
+    let patch_started = std::time::Instant::now();
+    let written =
+        status_writer::write_status(&ctx.hub, &rollout, &decision.status, (ctx.leading)()).await;
+    ctx.metrics
+        .status_patch_duration_seconds
+        .observe_duration(patch_started.elapsed());
+    ctx.metrics.status_patches_total.inc(match &written {
+        Ok(_) => WriteResult::Ok,
+        Err(ReconcileError::Api { code: 409, .. }) => WriteResult::Conflict,
+        Err(_) => WriteResult::Error,
+    });
+    written?;
+    let keep: std::collections::BTreeSet<&str> = decision
+        .status
+        .history
+        .iter()
+        .map(|record| record.name.as_str())
+        .chain(decision.status.revision.as_deref())
+        .collect();
+    store
+        .prune(&rollout, &revisions, |name| keep.contains(name))
+        .await?;
+
+    let requeue = if report.region_failures > 0 {
+        ERROR_REQUEUE
+    } else {
+        decision.requeue_after.unwrap_or(IDLE_REQUEUE)
+    };
+    Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
+}
+
+async fn sample_gates(
+    ctx: &Context,
+    rollout: &ConfigRollout,
+    status: &crate::api::ConfigRolloutStatus,
+    now: chrono::DateTime<Utc>,
+) -> Vec<GateSampleObservation> {
+    let due = engine::gates_due(&rollout.spec, status, now);
+    futures::future::join_all(due.into_iter().map(|request| async move {
+        let result = ctx
+            .gates
+            .sample(request.region.as_deref(), &request.query)
+            .await;
+        GateSampleObservation {
+            gate: request.gate,
+            stage: request.stage,
+            revision: request.revision,
+            region: request.region,
+            at: now,
+            result,
+        }
+    }))
+    .await
+}
+
+/// Runs one hub API call with [`HUB_CALL_TIMEOUT`], keeping the HTTP code and reason but
+/// not the server's message (which can quote submitted values).
+pub(crate) async fn api_call<T>(
+    operation: &'static str,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<T, ReconcileError> {
+    match tokio::time::timeout(HUB_CALL_TIMEOUT, request).await {
+        Err(_) => Err(ReconcileError::Unreachable {
+            operation,
+            reason: format!("no answer within {HUB_CALL_TIMEOUT:?}"),
+        }),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(kube::Error::Api(status))) => Err(ReconcileError::Api {
+            operation,
+            code: status.code,
+            reason: status.reason.clone(),
+        }),
+        Ok(Err(other)) => Err(ReconcileError::Unreachable {
+            operation,
+            reason: other.to_string(),
+        }),
+    }
+}

@@ -1,0 +1,194 @@
+//! Revisions stored in the hub as `ControllerRevision` objects, one per declared
+//! revision, owned by their rollout.
+//!
+//! Status never holds configuration values, yet publishing to a lagging region and
+//! rolling back both need them. `ControllerRevision` is the apps/v1 kind StatefulSets and
+//! DaemonSets keep their history in: it lives beside the rollout, is readable under the
+//! same RBAC as the rollout's own spec, and is garbage-collected with it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+use super::{ReconcileError, api_call};
+use crate::api::ConfigRollout;
+use crate::crdt;
+use crate::regions::publication::{RevisionState, encode_revision};
+use crate::regions::store::FIELD_MANAGER;
+
+/// Label on each ControllerRevision naming its rollout.
+pub const ROLLOUT_LABEL: &str = "configrollout.dev/rollout";
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    stamp: String,
+    state: String,
+    previous: String,
+}
+
+/// The ControllerRevisions of rollouts in one namespace.
+pub struct RevisionStore {
+    api: Api<ControllerRevision>,
+}
+
+impl RevisionStore {
+    /// The store for rollouts in `namespace` of the hub.
+    pub fn new(hub: kube::Client, namespace: &str) -> Self {
+        Self {
+            api: Api::namespaced(hub, namespace),
+        }
+    }
+
+    /// Every stored revision of `rollout`, by name (`r1`, `r2`, ...).
+    pub async fn load(
+        &self,
+        rollout: &ConfigRollout,
+    ) -> Result<BTreeMap<String, RevisionState>, ReconcileError> {
+        let selector = format!("{ROLLOUT_LABEL}={}", rollout.name_any());
+        let list = api_call(
+            "list revisions",
+            self.api.list(&ListParams::default().labels(&selector)),
+        )
+        .await?;
+        let mut revisions = BTreeMap::new();
+        for object in list.items {
+            if !owned_by(&object, rollout) {
+                continue;
+            }
+            let revision = decode(&object)?;
+            revisions.insert(revision.name.clone(), revision);
+        }
+        Ok(revisions)
+    }
+
+    /// Stores `revision`, replacing an object of the same name: a revision declared again
+    /// after a crash (the status never recorded the first declaration) gets the new stamp.
+    pub async fn save(
+        &self,
+        rollout: &ConfigRollout,
+        revision: &RevisionState,
+        number: i64,
+    ) -> Result<(), ReconcileError> {
+        let name = object_name(rollout, &revision.name)?;
+        let (state, previous) =
+            encode_revision(revision).map_err(|source| ReconcileError::RevisionTooLarge {
+                revision: revision.name.clone(),
+                reason: source.to_string(),
+            })?;
+        let stored = Stored {
+            stamp: revision.stamp.to_string(),
+            state,
+            previous,
+        };
+        let data = serde_json::to_value(&stored).map_err(|source| ReconcileError::Encoding {
+            what: "revision",
+            reason: source.to_string(),
+        })?;
+        let mut object = ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: rollout.namespace(),
+                labels: Some(BTreeMap::from([(
+                    ROLLOUT_LABEL.to_owned(),
+                    rollout.name_any(),
+                )])),
+                owner_references: rollout.controller_owner_ref(&()).map(|owner| vec![owner]),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(data)),
+            revision: number,
+        };
+        let params = PostParams {
+            dry_run: false,
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+        };
+        match api_call("read revision", self.api.get_opt(&name)).await? {
+            Some(existing) => {
+                object.metadata.resource_version = existing.metadata.resource_version;
+                api_call(
+                    "replace revision",
+                    self.api.replace(&name, &params, &object),
+                )
+                .await?;
+            }
+            None => {
+                api_call("create revision", self.api.create(&params, &object)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes stored revisions of `rollout` that `keep` does not name.
+    pub async fn prune(
+        &self,
+        rollout: &ConfigRollout,
+        stored: &BTreeMap<String, RevisionState>,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<(), ReconcileError> {
+        for name in stored.keys().filter(|name| !keep(name)) {
+            let object = object_name(rollout, name)?;
+            api_call(
+                "delete revision",
+                self.api.delete(&object, &Default::default()),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+fn object_name(rollout: &ConfigRollout, revision: &str) -> Result<String, ReconcileError> {
+    let name = format!("{}-{revision}", rollout.name_any());
+    if name.len() > 253 {
+        return Err(ReconcileError::NameTooLong { name });
+    }
+    Ok(name)
+}
+
+fn owned_by(object: &ControllerRevision, rollout: &ConfigRollout) -> bool {
+    let uid = rollout.metadata.uid.as_deref();
+    object
+        .owner_references()
+        .iter()
+        .any(|owner| Some(owner.uid.as_str()) == uid)
+}
+
+fn decode(object: &ControllerRevision) -> Result<RevisionState, ReconcileError> {
+    let object_name = object.name_any();
+    let bad = |reason: String| ReconcileError::MalformedRevision {
+        object: object_name.clone(),
+        reason,
+    };
+    let data = object
+        .data
+        .as_ref()
+        .ok_or_else(|| bad("no data".to_owned()))?;
+    let stored: Stored = serde_json::from_value(data.0.clone()).map_err(|e| bad(e.to_string()))?;
+    let stamp = stored
+        .stamp
+        .parse::<crdt::Stamp>()
+        .map_err(|e| bad(format!("stamp: {e}")))?;
+    let state = crdt::decode(&stored.state).map_err(|e| bad(format!("state: {e}")))?;
+    let previous =
+        crdt::decode_delta(&stored.previous).map_err(|e| bad(format!("previous: {e}")))?;
+    let rollout = object
+        .labels()
+        .get(ROLLOUT_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let name = object_name
+        .strip_prefix(&format!("{rollout}-"))
+        .ok_or_else(|| bad("name does not start with its rollout's".to_owned()))?
+        .to_owned();
+    Ok(RevisionState {
+        name,
+        stamp,
+        state,
+        previous,
+    })
+}

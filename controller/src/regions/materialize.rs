@@ -1,0 +1,529 @@
+//! Planning a materialisation: what the target and companion ConfigMaps of one region
+//! must hold after a delta is merged. Pure: [`super::store`] reads the objects, calls
+//! [`plan`], and writes what it returns.
+//!
+//! # What lives where
+//!
+//! - The target ConfigMap's `data` holds the live values, so consumers need nothing new.
+//!   Keys the replica has never held are not ours: they are left as they are.
+//! - The companion ConfigMap holds the replica (stamps, tombstones, frontiers) encoded by
+//!   [`crate::crdt::codec`], and the digest of that replica's live state.
+//! - Both carry the digest annotation. The companion is written first, then the target:
+//!   when the target's digest differs from the companion's, the second write of an earlier
+//!   materialisation did not happen (a crash, a conflict), and the target is brought up to
+//!   the companion rather than its differences being reported as drift.
+//!
+//! # Drift
+//!
+//! A managed key whose value in `data` is not the replica's live value, while both
+//! objects agree on the digest, was edited out of band. `Report` leaves such keys as they
+//! are (unless the delta being merged sets them) and names them; `Revert` writes the
+//! replica's value back; `Adopt` records the edit as a regional override with a fresh
+//! stamp, so the CRDT keeps it until a later-declared revision wins.
+
+use std::collections::BTreeMap;
+
+use crate::api::DriftPolicy;
+use crate::crdt::{self, Delta, DigestKey, Entry, MergeOutcome, Replica, Stamp};
+
+use super::RegionError;
+
+/// Annotation on both objects: keyed digest of the replica's live state.
+pub const DIGEST_ANNOTATION: &str = "configrollout.dev/digest";
+/// Annotation on the target: the revision merged last (a name like `r3`, never a value).
+pub const REVISION_ANNOTATION: &str = "configrollout.dev/revision";
+/// Annotation on the target: the rollout that manages it (`<namespace>/<name>`).
+pub const ROLLOUT_ANNOTATION: &str = "configrollout.dev/rollout";
+/// Key of the companion's `data` holding the encoded replica.
+pub const STATE_KEY: &str = "state";
+/// Suffix of the companion ConfigMap's name.
+pub const COMPANION_SUFFIX: &str = ".configrollout-state";
+/// Longest ConfigMap name the API server accepts.
+const MAX_CONFIGMAP_NAME: usize = 253;
+
+/// The companion ConfigMap's name for a target.
+pub fn companion_name(target: &str) -> Result<String, RegionError> {
+    let name = format!("{target}{COMPANION_SUFFIX}");
+    if name.len() > MAX_CONFIGMAP_NAME {
+        return Err(RegionError::TargetNameTooLong {
+            target: target.to_owned(),
+            limit: MAX_CONFIGMAP_NAME - COMPANION_SUFFIX.len(),
+        });
+    }
+    Ok(name)
+}
+
+/// What [`plan`] needs of the target ConfigMap as read from the region.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetView {
+    /// Its `data`.
+    pub data: BTreeMap<String, String>,
+    /// The digest annotation, when present.
+    pub digest: Option<String>,
+}
+
+/// What [`plan`] needs of the companion ConfigMap as read from the region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompanionView {
+    /// The encoded replica (`data.state`), absent if someone removed it.
+    pub state: Option<String>,
+    /// The digest annotation, when present.
+    pub digest: Option<String>,
+}
+
+/// How to merge: the delta, the policy for drifted keys, and the stamp under which `Adopt`
+/// records drifted values.
+#[derive(Debug, Clone, Copy)]
+pub struct MergeRequest<'a> {
+    /// The delta to merge (a revision, one phase of it, a compensation or an override).
+    pub delta: &'a Delta,
+    /// What to do with keys edited out of band.
+    pub drift_policy: &'a DriftPolicy,
+    /// Stamp of an `override:` writer for adopted edits; required by `Adopt`.
+    pub adopt_stamp: Option<&'a Stamp>,
+}
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The replica after the merge.
+    pub replica: Replica,
+    /// Its canonical encoding, for the companion.
+    pub encoded_state: String,
+    /// Keyed digest of its live state, for both annotations.
+    pub digest: String,
+    /// The target's `data` to write.
+    pub target_data: BTreeMap<String, String>,
+    /// Managed keys whose value in the region differs from the replica's (names only).
+    pub drifted_keys: Vec<String>,
+    /// Managed keys whose winning write is a regional override (names only).
+    pub overridden_keys: Vec<String>,
+    /// Counts of what the merge did.
+    pub outcome: MergeOutcome,
+    /// Whether the companion must be written (its state or digest changes).
+    pub companion_changed: bool,
+    /// Whether the target must be written (its data or digest changes).
+    pub target_changed: bool,
+}
+
+/// Plans the merge of `request.delta` into a region whose objects read as given.
+///
+/// A companion that does not decode is an error: the region is reported, never
+/// overwritten, since its stamps are what keep overrides and later revisions safe.
+pub fn plan(
+    key: &DigestKey,
+    target: Option<&TargetView>,
+    companion: Option<&CompanionView>,
+    request: MergeRequest<'_>,
+) -> Result<Plan, RegionError> {
+    let mut replica = match companion.and_then(|c| c.state.as_deref()) {
+        Some(text) => crdt::decode(text).map_err(|source| RegionError::MalformedCompanion {
+            reason: source.to_string(),
+        })?,
+        // A new target is created before its companion (so that the companion can be
+        // owned by it). If the companion's creation did not happen, the target holds
+        // exactly this delta: recognisable by its digest, and safe to finish.
+        None if target.and_then(|t| t.digest.as_ref()).is_some() => {
+            let mut candidate = Replica::new();
+            candidate.apply(request.delta);
+            let candidate_digest = crdt::revision_digest(key, &candidate);
+            if target.and_then(|t| t.digest.as_ref()) != Some(&candidate_digest) {
+                return Err(RegionError::CompanionMissing);
+            }
+            Replica::new()
+        }
+        None => Replica::new(),
+    };
+    let empty = TargetView::default();
+    let target = target.unwrap_or(&empty);
+
+    // The target's digest differs from the companion's only when our own second write did
+    // not happen; its differences are then ours to finish, not drift.
+    let interrupted = companion.and_then(|c| c.digest.as_ref()) != target.digest.as_ref();
+    let drifted_keys: Vec<String> = if interrupted {
+        Vec::new()
+    } else {
+        replica
+            .iter()
+            .filter(|(key, entry)| target.data.get(*key).map(String::as_str) != entry.value())
+            .map(|(key, _)| key.to_owned())
+            .collect()
+    };
+
+    if matches!(request.drift_policy, DriftPolicy::Adopt) && !drifted_keys.is_empty() {
+        let stamp = request.adopt_stamp.ok_or(RegionError::AdoptNeedsStamp)?;
+        let adopted: Delta = drifted_keys
+            .iter()
+            .map(|key| {
+                let entry = match target.data.get(key) {
+                    Some(value) => Entry::live(value.as_str(), stamp.clone()),
+                    None => Entry::tombstone(stamp.clone()),
+                };
+                (key.as_str(), entry)
+            })
+            .collect();
+        replica.apply(&adopted);
+    }
+    let outcome = replica.apply(request.delta);
+
+    let keep_region_value = |key: &str| {
+        matches!(request.drift_policy, DriftPolicy::Report)
+            && request.delta.get(key).is_none()
+            && drifted_keys.iter().any(|drifted| drifted == key)
+    };
+    let mut target_data = target.data.clone();
+    for (key, entry) in replica.iter() {
+        if keep_region_value(key) {
+            continue;
+        }
+        match entry.value() {
+            Some(value) => {
+                target_data.insert(key.to_owned(), value.to_owned());
+            }
+            None => {
+                target_data.remove(key);
+            }
+        }
+    }
+
+    let encoded_state = crdt::encode(&replica).map_err(|source| RegionError::StateTooLarge {
+        reason: source.to_string(),
+    })?;
+    let digest = crdt::revision_digest(key, &replica);
+    let overridden_keys = replica
+        .iter()
+        .filter(|(_, entry)| entry.stamp.writer.kind() == crdt::WriterKind::Override)
+        .map(|(key, _)| key.to_owned())
+        .collect();
+    let companion_changed = companion.is_none_or(|c| {
+        c.state.as_deref() != Some(encoded_state.as_str()) || c.digest.as_ref() != Some(&digest)
+    });
+    let target_changed = target_data != target.data || target.digest.as_ref() != Some(&digest);
+    // Keys still drifted after this write: under Report, those the delta did not set.
+    let still_drifted = drifted_keys
+        .iter()
+        .filter(|key| keep_region_value(key))
+        .cloned()
+        .collect();
+    Ok(Plan {
+        replica,
+        encoded_state,
+        digest,
+        target_data,
+        drifted_keys: still_drifted,
+        overridden_keys,
+        outcome,
+        companion_changed,
+        target_changed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crdt::WriterId;
+
+    fn key() -> DigestKey {
+        DigestKey::new(b"0123456789abcdef-test-key").unwrap()
+    }
+
+    fn stamp(wall_ms: u64, writer: &str) -> Stamp {
+        Stamp::new(wall_ms, 0, WriterId::parse(writer).unwrap())
+    }
+
+    fn rollout_delta(wall_ms: u64, pairs: &[(&str, Option<&str>)]) -> Delta {
+        let stamp = stamp(wall_ms, "rollout:team/limits");
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                let entry = match v {
+                    Some(v) => Entry::live(*v, stamp.clone()),
+                    None => Entry::tombstone(stamp.clone()),
+                };
+                (*k, entry)
+            })
+            .collect()
+    }
+
+    fn request<'a>(delta: &'a Delta, policy: &'a DriftPolicy) -> MergeRequest<'a> {
+        MergeRequest {
+            delta,
+            drift_policy: policy,
+            adopt_stamp: None,
+        }
+    }
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// The objects a region holds after `plan` was written in full.
+    fn written(plan: &Plan) -> (TargetView, CompanionView) {
+        (
+            TargetView {
+                data: plan.target_data.clone(),
+                digest: Some(plan.digest.clone()),
+            },
+            CompanionView {
+                state: Some(plan.encoded_state.clone()),
+                digest: Some(plan.digest.clone()),
+            },
+        )
+    }
+
+    #[test]
+    fn first_merge_into_a_new_region_writes_exactly_the_delta() {
+        let delta = rollout_delta(10, &[("rate", Some("100")), ("mode", Some("on"))]);
+        let plan = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        assert_eq!(plan.target_data, data(&[("mode", "on"), ("rate", "100")]));
+        assert!(plan.companion_changed && plan.target_changed);
+        assert!(plan.drifted_keys.is_empty());
+    }
+
+    #[test]
+    fn keys_the_replica_never_held_are_left_alone() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let existing = TargetView {
+            data: data(&[("owned-by-someone-else", "x"), ("rate", "5")]),
+            digest: None,
+        };
+        let plan = plan(
+            &key(),
+            Some(&existing),
+            None,
+            request(&delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.target_data,
+            data(&[("owned-by-someone-else", "x"), ("rate", "100")])
+        );
+    }
+
+    #[test]
+    fn merging_the_same_delta_twice_changes_nothing() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let first = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        let (target, companion) = written(&first);
+        let again = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert!(!again.companion_changed && !again.target_changed);
+        assert_eq!(again.outcome.won, 0);
+    }
+
+    #[test]
+    fn a_tombstone_removes_the_key_from_data() {
+        let first = rollout_delta(10, &[("old", Some("1")), ("new", Some("2"))]);
+        let plan1 = plan(&key(), None, None, request(&first, &DriftPolicy::Report)).unwrap();
+        let (target, companion) = written(&plan1);
+        let removal = rollout_delta(20, &[("old", None)]);
+        let plan2 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&removal, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(plan2.target_data, data(&[("new", "2")]));
+    }
+
+    #[test]
+    fn an_out_of_band_edit_is_reported_and_kept_under_report() {
+        let delta = rollout_delta(10, &[("rate", Some("100")), ("mode", Some("on"))]);
+        let plan1 = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        let (mut target, companion) = written(&plan1);
+        target.data.insert("rate".into(), "999".into());
+        let next = rollout_delta(20, &[("mode", Some("off"))]);
+        let plan2 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&next, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(plan2.drifted_keys, vec!["rate".to_owned()]);
+        assert_eq!(plan2.target_data, data(&[("mode", "off"), ("rate", "999")]));
+    }
+
+    #[test]
+    fn revert_puts_the_declared_value_back() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let plan1 = plan(&key(), None, None, request(&delta, &DriftPolicy::Revert)).unwrap();
+        let (mut target, companion) = written(&plan1);
+        target.data.remove("rate");
+        let plan2 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&Delta::new(), &DriftPolicy::Revert),
+        )
+        .unwrap();
+        assert!(plan2.drifted_keys.is_empty());
+        assert_eq!(plan2.target_data, data(&[("rate", "100")]));
+    }
+
+    #[test]
+    fn adopt_keeps_the_edit_as_an_override_until_a_later_revision() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let plan1 = plan(&key(), None, None, request(&delta, &DriftPolicy::Adopt)).unwrap();
+        let (mut target, companion) = written(&plan1);
+        target.data.insert("rate".into(), "7".into());
+        let adopt = stamp(15, "override:drift");
+        let stale = rollout_delta(12, &[("rate", Some("100"))]);
+        let plan2 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            MergeRequest {
+                delta: &stale,
+                drift_policy: &DriftPolicy::Adopt,
+                adopt_stamp: Some(&adopt),
+            },
+        )
+        .unwrap();
+        assert_eq!(plan2.target_data, data(&[("rate", "7")]));
+        assert_eq!(plan2.overridden_keys, vec!["rate".to_owned()]);
+
+        let (target, companion) = written(&plan2);
+        let later = rollout_delta(30, &[("rate", Some("200"))]);
+        let plan3 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&later, &DriftPolicy::Adopt),
+        )
+        .unwrap();
+        assert_eq!(plan3.target_data, data(&[("rate", "200")]));
+        assert!(plan3.overridden_keys.is_empty());
+    }
+
+    #[test]
+    fn adopt_without_a_stamp_is_refused() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let plan1 = plan(&key(), None, None, request(&delta, &DriftPolicy::Adopt)).unwrap();
+        let (mut target, companion) = written(&plan1);
+        target.data.insert("rate".into(), "7".into());
+        let err = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&Delta::new(), &DriftPolicy::Adopt),
+        )
+        .unwrap_err();
+        assert!(matches!(err, RegionError::AdoptNeedsStamp));
+    }
+
+    #[test]
+    fn an_interrupted_write_is_finished_not_reported_as_drift() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let plan1 = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        // The companion was written, the target was not.
+        let (_, companion) = written(&plan1);
+        let stale_target = TargetView::default();
+        let plan2 = plan(
+            &key(),
+            Some(&stale_target),
+            Some(&companion),
+            request(&delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert!(plan2.drifted_keys.is_empty());
+        assert_eq!(plan2.target_data, data(&[("rate", "100")]));
+        assert!(plan2.target_changed && !plan2.companion_changed);
+    }
+
+    #[test]
+    fn a_malformed_companion_is_reported_not_replaced() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let companion = CompanionView {
+            state: Some("{\"v\":1,\"entries\":[oops".into()),
+            digest: None,
+        };
+        let err = plan(
+            &key(),
+            None,
+            Some(&companion),
+            request(&delta, &DriftPolicy::Revert),
+        )
+        .unwrap_err();
+        assert!(matches!(err, RegionError::MalformedCompanion { .. }));
+    }
+
+    #[test]
+    fn a_first_publish_interrupted_before_its_companion_is_finished() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let first = plan(&key(), None, None, request(&delta, &DriftPolicy::Report)).unwrap();
+        let (target, _) = written(&first);
+        let again = plan(
+            &key(),
+            Some(&target),
+            None,
+            request(&delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert!(again.companion_changed && !again.target_changed);
+        assert_eq!(again.encoded_state, first.encoded_state);
+    }
+
+    #[test]
+    fn a_managed_target_without_its_companion_is_reported() {
+        let delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let target = TargetView {
+            data: data(&[("rate", "1")]),
+            digest: Some("abc".into()),
+        };
+        let err = plan(
+            &key(),
+            Some(&target),
+            None,
+            request(&delta, &DriftPolicy::Revert),
+        )
+        .unwrap_err();
+        assert!(matches!(err, RegionError::CompanionMissing));
+    }
+
+    #[test]
+    fn an_earlier_declared_revision_arriving_late_does_not_clobber_an_override() {
+        let override_stamp = stamp(50, "override:oncall");
+        let overridden = crdt::override_delta(override_stamp, [("rate", Some("1"))]).unwrap();
+        let plan1 = plan(
+            &key(),
+            None,
+            None,
+            request(&overridden, &DriftPolicy::Report),
+        )
+        .unwrap();
+        let (target, companion) = written(&plan1);
+        let stale = rollout_delta(40, &[("rate", Some("100"))]);
+        let plan2 = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&stale, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(plan2.target_data, data(&[("rate", "1")]));
+        assert_eq!(plan2.overridden_keys, vec!["rate".to_owned()]);
+    }
+
+    #[test]
+    fn companion_names_fit_the_configmap_limit_or_fail_clearly() {
+        assert_eq!(
+            companion_name("limits").unwrap(),
+            "limits.configrollout-state"
+        );
+        let long = "a".repeat(240);
+        assert!(matches!(
+            companion_name(&long),
+            Err(RegionError::TargetNameTooLong { .. })
+        ));
+    }
+}

@@ -1,0 +1,107 @@
+//! Regions: materialisation of revisions into a region's ConfigMaps, and the evidence read
+//! back. [`materialize`] decides (pure); [`store`] does the API calls.
+
+pub mod clients;
+pub mod materialize;
+pub mod publication;
+pub mod store;
+
+use std::time::Duration;
+
+/// Why a region could not be read or written. Messages name objects, keys and HTTP
+/// reasons, never configuration values.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// The companion's state does not decode: reported, never replaced.
+    #[error("companion state does not decode: {reason}")]
+    MalformedCompanion {
+        /// The decoder's error (keys and positions, no values).
+        reason: String,
+    },
+    /// The target carries our digest but its companion is gone, so the stamps that keep
+    /// overrides safe are lost: a person must look.
+    #[error(
+        "the target ConfigMap is managed (it has the digest annotation) but its companion state is missing"
+    )]
+    CompanionMissing,
+    /// The merged state does not fit in a ConfigMap.
+    #[error("merged state does not fit in the companion ConfigMap: {reason}")]
+    StateTooLarge {
+        /// The encoder's error.
+        reason: String,
+    },
+    /// `driftPolicy: Adopt` needs a stamp to record adopted edits under.
+    #[error("driftPolicy Adopt found drifted keys but was given no override stamp")]
+    AdoptNeedsStamp,
+    /// The target name leaves no room for the companion's suffix.
+    #[error(
+        "target name {target:?} is too long: at most {limit} characters leave room for the companion"
+    )]
+    TargetNameTooLong {
+        /// The target's name.
+        target: String,
+        /// Longest usable target name.
+        limit: usize,
+    },
+    /// The API server answered with an error status.
+    #[error("{operation}: API server answered {code} {reason}")]
+    Api {
+        /// What was being done.
+        operation: &'static str,
+        /// HTTP status code.
+        code: u16,
+        /// The status reason (e.g. `Conflict`, `Forbidden`).
+        reason: String,
+    },
+    /// The API server could not be reached.
+    #[error("{operation}: region unreachable: {reason}")]
+    Unreachable {
+        /// What was being done.
+        operation: &'static str,
+        /// The transport error.
+        reason: String,
+    },
+    /// The API server did not answer in time.
+    #[error("{operation}: no answer within {after:?}")]
+    Timeout {
+        /// What was being done.
+        operation: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+    /// Every attempt met a concurrent write.
+    #[error("gave up after {attempts} conflicting writes")]
+    TooManyConflicts {
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The rollout names a region that has no Region object.
+    #[error("region {region} has no Region object")]
+    UnknownRegion {
+        /// Region name.
+        region: String,
+    },
+    /// The region's client could not be built.
+    #[error("region client: {reason}")]
+    Client {
+        /// Why.
+        reason: String,
+    },
+    /// The compensating delta could not be built.
+    #[error("rollback: {reason}")]
+    Compensation {
+        /// Why.
+        reason: String,
+    },
+    /// After writing, the target's digest is not the digest of the companion's state.
+    #[error("read back: the target's digest does not match its companion's state")]
+    ReadBackMismatch,
+}
+
+impl RegionError {
+    /// Whether the region could not be reached at all (as opposed to answering with an
+    /// error or holding something we refuse to touch).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
+    }
+}

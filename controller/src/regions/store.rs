@@ -1,0 +1,337 @@
+//! Materialisation in a region: read the target and companion ConfigMaps, plan the merge
+//! ([`super::materialize::plan`]), write with optimistic concurrency, read back.
+//!
+//! Every write carries the `resourceVersion` it was planned from. A conflict means
+//! someone wrote in between: both objects are read again and the merge planned again,
+//! never overwritten. Merging is idempotent, so a retry after a half-done attempt is
+//! harmless.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource, ResourceExt};
+
+use super::RegionError;
+use super::materialize::{
+    self, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
+    ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
+};
+use crate::api::DriftPolicy;
+use crate::crdt::{self, Delta, DigestKey, Replica, Stamp};
+
+/// How long one API call may take before the region counts as unreachable for this pass.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times a conflicting write is re-read and re-planned before giving up.
+const MAX_ATTEMPTS: u32 = 5;
+/// Field manager of every write the controller makes in a region.
+pub const FIELD_MANAGER: &str = "configrollout";
+
+/// The ConfigMap a rollout manages in one region, and who manages it.
+#[derive(Debug, Clone)]
+pub struct TargetObject<'a> {
+    /// Namespace of the target ConfigMap.
+    pub namespace: &'a str,
+    /// Name of the target ConfigMap.
+    pub name: &'a str,
+    /// `<namespace>/<name>` of the managing rollout, for the annotation.
+    pub rollout: &'a str,
+    /// The revision being merged (`r3`), for the annotation.
+    pub revision: &'a str,
+}
+
+/// The evidence of one materialisation, read back from the region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Materialized {
+    /// Keyed digest of the region's live state, as read back.
+    pub digest: String,
+    /// Managed keys edited out of band and left as they are (names only).
+    pub drifted_keys: Vec<String>,
+    /// Managed keys whose winning write is a regional override (names only).
+    pub overridden_keys: Vec<String>,
+    /// Writes this call made (0 when the region already held the delta).
+    pub writes: u32,
+}
+
+/// Merges the delta `delta_for` builds from the region's current replica (a revision's
+/// publication ignores it; a rollback is computed from it, on every attempt, so a write
+/// that lands in between is never reverted by a stale computation). Reads back the result.
+pub async fn materialize(
+    client: &Client,
+    key: &DigestKey,
+    target: &TargetObject<'_>,
+    drift: DriftHandling<'_>,
+    delta_for: impl Fn(&Replica) -> Result<Delta, RegionError>,
+) -> Result<Materialized, RegionError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), target.namespace);
+    let companion_name = materialize::companion_name(target.name)?;
+    let mut writes = 0;
+    for _ in 0..MAX_ATTEMPTS {
+        let current = read_pair(&api, target.name, &companion_name).await?;
+        let replica = match current
+            .companion_view
+            .as_ref()
+            .and_then(|c| c.state.as_deref())
+        {
+            Some(text) => crdt::decode(text).map_err(|source| RegionError::MalformedCompanion {
+                reason: source.to_string(),
+            })?,
+            None => Replica::new(),
+        };
+        let delta = delta_for(&replica)?;
+        let plan = materialize::plan(
+            key,
+            current.target_view.as_ref(),
+            current.companion_view.as_ref(),
+            MergeRequest {
+                delta: &delta,
+                drift_policy: drift.policy,
+                adopt_stamp: drift.adopt_stamp,
+            },
+        )?;
+        match write_plan(&api, target, &companion_name, &current, &plan, &mut writes).await {
+            Ok(()) => {
+                let inspection = inspect_pair(&api, key, target.name, &companion_name).await?;
+                if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
+                    return Err(RegionError::ReadBackMismatch);
+                }
+                return Ok(Materialized {
+                    digest: inspection.digest,
+                    drifted_keys: inspection.drifted_keys,
+                    overridden_keys: inspection.overridden_keys,
+                    writes,
+                });
+            }
+            Err(RegionError::Api { code: 409, .. }) => {
+                tracing::debug!(
+                    target = target.name,
+                    "conflicting write in region; reading again"
+                );
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Err(RegionError::TooManyConflicts {
+        attempts: MAX_ATTEMPTS,
+    })
+}
+
+/// What to do with keys edited out of band, for [`materialize`].
+#[derive(Debug, Clone, Copy)]
+pub struct DriftHandling<'a> {
+    /// The rollout's drift policy.
+    pub policy: &'a DriftPolicy,
+    /// Stamp of an `override:` writer for adopted edits; required by `Adopt`.
+    pub adopt_stamp: Option<&'a Stamp>,
+}
+
+/// A region's state as read, without writing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    /// The replica (empty when the region holds none yet).
+    pub replica: Replica,
+    /// Keyed digest of the replica's live state.
+    pub digest: String,
+    /// The digest the target carries, if any.
+    pub target_digest: Option<String>,
+    /// Managed keys edited out of band (names only).
+    pub drifted_keys: Vec<String>,
+    /// Managed keys whose winning write is a regional override (names only).
+    pub overridden_keys: Vec<String>,
+}
+
+/// Reads the region's replica for the target `namespace/name`: the evidence of what it
+/// holds. Writes nothing.
+pub async fn inspect(
+    client: &Client,
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+) -> Result<Inspection, RegionError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let companion_name = materialize::companion_name(name)?;
+    inspect_pair(&api, key, name, &companion_name).await
+}
+
+async fn inspect_pair(
+    api: &Api<ConfigMap>,
+    key: &DigestKey,
+    target: &str,
+    companion: &str,
+) -> Result<Inspection, RegionError> {
+    let current = read_pair(api, target, companion).await?;
+    let plan = materialize::plan(
+        key,
+        current.target_view.as_ref(),
+        current.companion_view.as_ref(),
+        MergeRequest {
+            delta: &Delta::new(),
+            drift_policy: &DriftPolicy::Report,
+            adopt_stamp: None,
+        },
+    )?;
+    Ok(Inspection {
+        replica: plan.replica,
+        digest: plan.digest,
+        target_digest: current.target_view.and_then(|view| view.digest),
+        drifted_keys: plan.drifted_keys,
+        overridden_keys: plan.overridden_keys,
+    })
+}
+
+struct Pair {
+    target: Option<ConfigMap>,
+    companion: Option<ConfigMap>,
+    target_view: Option<TargetView>,
+    companion_view: Option<CompanionView>,
+}
+
+async fn read_pair(
+    api: &Api<ConfigMap>,
+    target: &str,
+    companion: &str,
+) -> Result<Pair, RegionError> {
+    let target = call("read target", api.get_opt(target)).await?;
+    let companion = call("read companion", api.get_opt(companion)).await?;
+    let target_view = target.as_ref().map(|cm| TargetView {
+        data: cm.data.clone().unwrap_or_default(),
+        digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
+    });
+    let companion_view = companion.as_ref().map(|cm| CompanionView {
+        state: cm.data.as_ref().and_then(|d| d.get(STATE_KEY)).cloned(),
+        digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
+    });
+    Ok(Pair {
+        target,
+        companion,
+        target_view,
+        companion_view,
+    })
+}
+
+/// Writes the companion, then the target. A new target is created first without the
+/// digest (so a crash before its companion exists leaves an unmanaged ConfigMap, not a
+/// managed one without state), then the companion owned by it, then the digest.
+async fn write_plan(
+    api: &Api<ConfigMap>,
+    target: &TargetObject<'_>,
+    companion_name: &str,
+    current: &Pair,
+    plan: &Plan,
+    writes: &mut u32,
+) -> Result<(), RegionError> {
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    };
+    let annotate = |object: &mut ConfigMap| {
+        let annotations = object.annotations_mut();
+        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
+        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
+        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+    };
+    // A new target is created whole, so that a first publish writes it once; the
+    // companion follows, owned by it (see `plan` for an interrupted creation).
+    let (target_object, created) = match &current.target {
+        Some(existing) => (existing.clone(), false),
+        None => {
+            let mut fresh = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(target.name.to_owned()),
+                    namespace: Some(target.namespace.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(plan.target_data.clone()),
+                ..ConfigMap::default()
+            };
+            annotate(&mut fresh);
+            *writes += 1;
+            (
+                call("create target", api.create(&params, &fresh)).await?,
+                true,
+            )
+        }
+    };
+
+    if plan.companion_changed {
+        let mut companion = current.companion.clone().unwrap_or_else(|| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(companion_name.to_owned()),
+                namespace: Some(target.namespace.to_owned()),
+                owner_references: owner_of(&target_object).map(|owner| vec![owner]),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        });
+        companion
+            .annotations_mut()
+            .insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
+        companion.data = Some(BTreeMap::from([(
+            STATE_KEY.to_owned(),
+            plan.encoded_state.clone(),
+        )]));
+        *writes += 1;
+        if current.companion.is_some() {
+            call(
+                "write companion",
+                api.replace(companion_name, &params, &companion),
+            )
+            .await?;
+        } else {
+            call("create companion", api.create(&params, &companion)).await?;
+        }
+    }
+
+    let needs_target_write = !created
+        && (plan.target_changed
+            || target_object
+                .annotations()
+                .get(REVISION_ANNOTATION)
+                .map(String::as_str)
+                != Some(target.revision));
+    if needs_target_write {
+        let mut updated = target_object;
+        updated.data = Some(plan.target_data.clone());
+        annotate(&mut updated);
+        *writes += 1;
+        call("write target", api.replace(target.name, &params, &updated)).await?;
+    }
+    Ok(())
+}
+
+fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: ConfigMap::api_version(&()).into_owned(),
+        kind: ConfigMap::kind(&()).into_owned(),
+        name: target.metadata.name.clone()?,
+        uid: target.metadata.uid.clone()?,
+        controller: Some(false),
+        block_owner_deletion: None,
+    })
+}
+
+/// Runs one API call with [`CALL_TIMEOUT`], mapping its failure to a [`RegionError`] that
+/// carries the HTTP code and reason but not the server's message (which can quote values).
+async fn call<T>(
+    operation: &'static str,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<T, RegionError> {
+    match tokio::time::timeout(CALL_TIMEOUT, request).await {
+        Err(_) => Err(RegionError::Timeout {
+            operation,
+            after: CALL_TIMEOUT,
+        }),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(kube::Error::Api(status))) => Err(RegionError::Api {
+            operation,
+            code: status.code,
+            reason: status.reason.clone(),
+        }),
+        Ok(Err(other)) => Err(RegionError::Unreachable {
+            operation,
+            reason: other.to_string(),
+        }),
+    }
+}

@@ -1,0 +1,668 @@
+//! The controller's metrics, rendered in the Prometheus text exposition format 0.0.4.
+//!
+//! Every label value comes from a closed enum through [`LabelValue`], mapped to a
+//! `&'static str` by hand: no rollout, region or configuration data can reach a label,
+//! and each family has a fixed, small number of series, all exported from the start.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::api::{RolloutPhase, SampleVerdict};
+use crate::reconcile::leader::LeaderState;
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Buckets (seconds) for API-call and reconcile latencies: 5 ms to 10 s.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A closed set of label values.
+pub trait LabelValue: Copy + 'static {
+    /// The label's name.
+    const LABEL: &'static str;
+    /// Every value, in the order of [`LabelValue::index`].
+    const ALL: &'static [Self];
+    /// The value as exported.
+    fn as_str(self) -> &'static str;
+    /// Position in [`LabelValue::ALL`].
+    fn index(self) -> usize;
+}
+
+/// Outcome of a reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconcileResult {
+    /// Finished without error.
+    Ok,
+    /// Returned an error (and will be retried).
+    Error,
+}
+
+impl LabelValue for ReconcileResult {
+    const LABEL: &'static str = "result";
+    const ALL: &'static [Self] = &[ReconcileResult::Ok, ReconcileResult::Error];
+    fn as_str(self) -> &'static str {
+        match self {
+            ReconcileResult::Ok => "ok",
+            ReconcileResult::Error => "error",
+        }
+    }
+    fn index(self) -> usize {
+        match self {
+            ReconcileResult::Ok => 0,
+            ReconcileResult::Error => 1,
+        }
+    }
+}
+
+/// Outcome of a write (a region object, or a status patch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteResult {
+    /// Written.
+    Ok,
+    /// Refused by optimistic concurrency or a field-manager conflict (HTTP 409).
+    Conflict,
+    /// Any other failure.
+    Error,
+}
+
+impl LabelValue for WriteResult {
+    const LABEL: &'static str = "result";
+    const ALL: &'static [Self] = &[WriteResult::Ok, WriteResult::Conflict, WriteResult::Error];
+    fn as_str(self) -> &'static str {
+        match self {
+            WriteResult::Ok => "ok",
+            WriteResult::Conflict => "conflict",
+            WriteResult::Error => "error",
+        }
+    }
+    fn index(self) -> usize {
+        match self {
+            WriteResult::Ok => 0,
+            WriteResult::Conflict => 1,
+            WriteResult::Error => 2,
+        }
+    }
+}
+
+impl LabelValue for SampleVerdict {
+    const LABEL: &'static str = "verdict";
+    const ALL: &'static [Self] = &[
+        SampleVerdict::Successful,
+        SampleVerdict::Failed,
+        SampleVerdict::Inconclusive,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            SampleVerdict::Successful => "successful",
+            SampleVerdict::Failed => "failed",
+            SampleVerdict::Inconclusive => "inconclusive",
+        }
+    }
+    fn index(self) -> usize {
+        match self {
+            SampleVerdict::Successful => 0,
+            SampleVerdict::Failed => 1,
+            SampleVerdict::Inconclusive => 2,
+        }
+    }
+}
+
+/// Phases are exported spelled as in `status.phase`, so they match `kubectl get`.
+impl LabelValue for RolloutPhase {
+    const LABEL: &'static str = "phase";
+    const ALL: &'static [Self] = &[
+        RolloutPhase::Pending,
+        RolloutPhase::Progressing,
+        RolloutPhase::Paused,
+        RolloutPhase::AwaitingApproval,
+        RolloutPhase::Halted,
+        RolloutPhase::RollingBack,
+        RolloutPhase::RolledBack,
+        RolloutPhase::Complete,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            RolloutPhase::Pending => "Pending",
+            RolloutPhase::Progressing => "Progressing",
+            RolloutPhase::Paused => "Paused",
+            RolloutPhase::AwaitingApproval => "AwaitingApproval",
+            RolloutPhase::Halted => "Halted",
+            RolloutPhase::RollingBack => "RollingBack",
+            RolloutPhase::RolledBack => "RolledBack",
+            RolloutPhase::Complete => "Complete",
+        }
+    }
+    fn index(self) -> usize {
+        match self {
+            RolloutPhase::Pending => 0,
+            RolloutPhase::Progressing => 1,
+            RolloutPhase::Paused => 2,
+            RolloutPhase::AwaitingApproval => 3,
+            RolloutPhase::Halted => 4,
+            RolloutPhase::RollingBack => 5,
+            RolloutPhase::RolledBack => 6,
+            RolloutPhase::Complete => 7,
+        }
+    }
+}
+
+/// A monotonically increasing count per label value.
+#[derive(Debug)]
+pub struct CounterVec<L: LabelValue> {
+    values: Box<[AtomicU64]>,
+    _label: std::marker::PhantomData<L>,
+}
+
+impl<L: LabelValue> Default for CounterVec<L> {
+    fn default() -> Self {
+        CounterVec {
+            values: L::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            _label: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<L: LabelValue> CounterVec<L> {
+    /// Adds one for `label`.
+    pub fn inc(&self, label: L) {
+        self.add(label, 1);
+    }
+
+    /// Adds `n` for `label`.
+    pub fn add(&self, label: L, n: u64) {
+        if let Some(value) = self.values.get(label.index()) {
+            value.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The current count for `label`.
+    pub fn get(&self, label: L) -> u64 {
+        self.values
+            .get(label.index())
+            .map_or(0, |value| value.load(Ordering::Relaxed))
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "counter");
+        for label in L::ALL {
+            series(
+                out,
+                name,
+                Some((L::LABEL, label.as_str())),
+                self.get(*label),
+            );
+        }
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    /// Sets the value.
+    pub fn set(&self, value: i64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "gauge");
+        series(out, name, None, self.get());
+    }
+}
+
+/// A gauge per label value.
+#[derive(Debug)]
+pub struct GaugeVec<L: LabelValue> {
+    values: Box<[AtomicI64]>,
+    _label: std::marker::PhantomData<L>,
+}
+
+impl<L: LabelValue> Default for GaugeVec<L> {
+    fn default() -> Self {
+        GaugeVec {
+            values: L::ALL.iter().map(|_| AtomicI64::new(0)).collect(),
+            _label: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<L: LabelValue> GaugeVec<L> {
+    /// Sets the value for `label`.
+    pub fn set(&self, label: L, value: i64) {
+        if let Some(slot) = self.values.get(label.index()) {
+            slot.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// The value for `label`.
+    pub fn get(&self, label: L) -> i64 {
+        self.values
+            .get(label.index())
+            .map_or(0, |value| value.load(Ordering::Relaxed))
+    }
+
+    /// Sets every label's value to how often it occurs in `labels` (absent ones to zero).
+    pub fn set_counts(&self, labels: impl IntoIterator<Item = L>) {
+        let mut counts = vec![0_i64; L::ALL.len()];
+        for label in labels {
+            if let Some(count) = counts.get_mut(label.index()) {
+                *count += 1;
+            }
+        }
+        for (slot, count) in self.values.iter().zip(counts) {
+            slot.store(count, Ordering::Relaxed);
+        }
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "gauge");
+        for label in L::ALL {
+            series(
+                out,
+                name,
+                Some((L::LABEL, label.as_str())),
+                self.get(*label),
+            );
+        }
+    }
+}
+
+/// Observations counted into fixed buckets.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per bucket (not cumulative); the last one is `+Inf`.
+    buckets: Box<[AtomicU64]>,
+    sum_bits: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// A histogram with upper bounds `bounds` (ascending) and an implicit `+Inf`.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_bits: AtomicU64::new(0_f64.to_bits()),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, value: f64) {
+        let bucket = self
+            .bounds
+            .iter()
+            .position(|bound| value <= *bound)
+            .unwrap_or(self.bounds.len());
+        if let Some(slot) = self.buckets.get(bucket) {
+            slot.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = self
+            .sum_bits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + value).to_bits())
+            });
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a duration in seconds.
+    pub fn observe_duration(&self, duration: Duration) {
+        self.observe(duration.as_secs_f64());
+    }
+
+    /// How many observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "histogram");
+        let bucket_name = format!("{name}_bucket");
+        let mut cumulative = 0_u64;
+        for (index, slot) in self.buckets.iter().enumerate() {
+            cumulative += slot.load(Ordering::Relaxed);
+            let bound = self
+                .bounds
+                .get(index)
+                .map_or_else(|| "+Inf".to_owned(), |bound| float(*bound));
+            series(out, &bucket_name, Some(("le", &bound)), cumulative);
+        }
+        // Counted from the buckets so that the exposition is self-consistent even while
+        // observations race with the scrape.
+        let sum = f64::from_bits(self.sum_bits.load(Ordering::Relaxed));
+        let _ = writeln!(out, "{name}_sum {}", float(sum));
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
+/// Every metric of the controller. Share it as `Arc<Metrics>`.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Reconciles by result.
+    pub reconcile_total: CounterVec<ReconcileResult>,
+    /// Reconcile duration.
+    pub reconcile_duration_seconds: Histogram,
+    /// Writes to region objects by result.
+    pub region_writes_total: CounterVec<WriteResult>,
+    /// Status patches by result.
+    pub status_patches_total: CounterVec<WriteResult>,
+    /// Status patch duration.
+    pub status_patch_duration_seconds: Histogram,
+    /// Gate samples by verdict.
+    pub gate_samples_total: CounterVec<SampleVerdict>,
+    /// 1 while this process holds the Lease.
+    pub leader: Gauge,
+    /// Rollouts per phase.
+    pub rollouts: GaugeVec<RolloutPhase>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics at zero.
+    pub fn new() -> Self {
+        Metrics {
+            reconcile_total: CounterVec::default(),
+            reconcile_duration_seconds: Histogram::new(LATENCY_BUCKETS),
+            region_writes_total: CounterVec::default(),
+            status_patches_total: CounterVec::default(),
+            status_patch_duration_seconds: Histogram::new(LATENCY_BUCKETS),
+            gate_samples_total: CounterVec::default(),
+            leader: Gauge::default(),
+            rollouts: GaugeVec::default(),
+        }
+    }
+
+    /// The exposition in text format 0.0.4 (see [`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        self.reconcile_total.render(
+            &mut out,
+            "configrollout_reconcile_total",
+            "Reconciles of ConfigRollouts, by result.",
+        );
+        self.reconcile_duration_seconds.render(
+            &mut out,
+            "configrollout_reconcile_duration_seconds",
+            "Time spent in one reconcile of a ConfigRollout.",
+        );
+        self.region_writes_total.render(
+            &mut out,
+            "configrollout_region_writes_total",
+            "Writes to ConfigMaps in regions, by result.",
+        );
+        self.status_patches_total.render(
+            &mut out,
+            "configrollout_status_patches_total",
+            "Patches of ConfigRollout status, by result.",
+        );
+        self.status_patch_duration_seconds.render(
+            &mut out,
+            "configrollout_status_patch_duration_seconds",
+            "Time spent in one status patch.",
+        );
+        self.gate_samples_total.render(
+            &mut out,
+            "configrollout_gate_samples_total",
+            "Metric gate samples taken, by verdict.",
+        );
+        self.leader.render(
+            &mut out,
+            "configrollout_leader",
+            "1 while this process holds the leader Lease, else 0.",
+        );
+        self.rollouts.render(
+            &mut out,
+            "configrollout_rollouts",
+            "ConfigRollouts known to this process, by phase.",
+        );
+        out
+    }
+
+    /// Keeps [`Metrics::leader`] equal to `state` until the elector is gone (then 0).
+    pub async fn track_leader(&self, state: LeaderState) {
+        let mut leading = state.subscribe();
+        loop {
+            self.leader.set(i64::from(state.is_leading()));
+            if leading.changed().await.is_err() {
+                break;
+            }
+        }
+        self.leader.set(0);
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn series(
+    out: &mut String,
+    name: &str,
+    label: Option<(&str, &str)>,
+    value: impl std::fmt::Display,
+) {
+    match label {
+        Some((label, label_value)) => {
+            let _ = writeln!(
+                out,
+                "{name}{{{label}=\"{}\"}} {value}",
+                escape_label_value(label_value)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+}
+
+/// Escapes a label value: backslash, double quote and line feed.
+pub fn escape_label_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for character in value.chars() {
+        match character {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+/// Escapes HELP text: backslash and line feed.
+fn escape_help(help: &str) -> String {
+    help.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A float as Prometheus writes it (`+Inf`, `-Inf`, `NaN`).
+fn float(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_owned()
+    } else if value.is_infinite() {
+        if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consistent<L: LabelValue + PartialEq + std::fmt::Debug>() {
+        for (position, value) in L::ALL.iter().enumerate() {
+            assert_eq!(value.index(), position, "{value:?} out of place in ALL");
+        }
+        let mut names: Vec<_> = L::ALL.iter().map(|value| value.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), L::ALL.len(), "duplicate label values");
+    }
+
+    #[test]
+    fn label_sets_are_closed_and_consistent() {
+        consistent::<ReconcileResult>();
+        consistent::<WriteResult>();
+        consistent::<SampleVerdict>();
+        consistent::<RolloutPhase>();
+        assert_eq!(RolloutPhase::ALL.len(), 8);
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Awkward {
+        Plain,
+        Nasty,
+    }
+
+    impl LabelValue for Awkward {
+        const LABEL: &'static str = "kind";
+        const ALL: &'static [Self] = &[Awkward::Plain, Awkward::Nasty];
+        fn as_str(self) -> &'static str {
+            match self {
+                Awkward::Plain => "plain",
+                Awkward::Nasty => "a\\b\"c\nd",
+            }
+        }
+        fn index(self) -> usize {
+            match self {
+                Awkward::Plain => 0,
+                Awkward::Nasty => 1,
+            }
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let counter = CounterVec::<Awkward>::default();
+        counter.inc(Awkward::Nasty);
+        let mut out = String::new();
+        counter.render(&mut out, "x_total", "Help with \\ and\nnewline.");
+        assert_eq!(
+            out,
+            "# HELP x_total Help with \\\\ and\\nnewline.\n\
+             # TYPE x_total counter\n\
+             x_total{kind=\"plain\"} 0\n\
+             x_total{kind=\"a\\\\b\\\"c\\nd\"} 1\n"
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_inf_sum_and_count() {
+        static BOUNDS: &[f64] = &[0.1, 1.0, 2.5];
+        let histogram = Histogram::new(BOUNDS);
+        histogram.observe(0.05);
+        histogram.observe(0.1);
+        histogram.observe(2.0);
+        histogram.observe_duration(Duration::from_secs(30));
+        let mut out = String::new();
+        histogram.render(&mut out, "d_seconds", "Durations.");
+        assert_eq!(
+            out,
+            "# HELP d_seconds Durations.\n\
+             # TYPE d_seconds histogram\n\
+             d_seconds_bucket{le=\"0.1\"} 2\n\
+             d_seconds_bucket{le=\"1\"} 2\n\
+             d_seconds_bucket{le=\"2.5\"} 3\n\
+             d_seconds_bucket{le=\"+Inf\"} 4\n\
+             d_seconds_sum 32.15\n\
+             d_seconds_count 4\n"
+        );
+    }
+
+    #[test]
+    fn render_exports_every_series_from_the_start() {
+        let metrics = Metrics::new();
+        metrics.reconcile_total.inc(ReconcileResult::Ok);
+        metrics.reconcile_total.inc(ReconcileResult::Ok);
+        metrics.region_writes_total.inc(WriteResult::Conflict);
+        metrics
+            .gate_samples_total
+            .add(SampleVerdict::Inconclusive, 3);
+        metrics.leader.set(1);
+        metrics.rollouts.set_counts([
+            RolloutPhase::Progressing,
+            RolloutPhase::Complete,
+            RolloutPhase::Progressing,
+        ]);
+        let text = metrics.render();
+        for line in [
+            "# TYPE configrollout_reconcile_total counter",
+            "configrollout_reconcile_total{result=\"ok\"} 2",
+            "configrollout_reconcile_total{result=\"error\"} 0",
+            "# TYPE configrollout_reconcile_duration_seconds histogram",
+            "configrollout_reconcile_duration_seconds_bucket{le=\"0.005\"} 0",
+            "configrollout_reconcile_duration_seconds_bucket{le=\"+Inf\"} 0",
+            "configrollout_reconcile_duration_seconds_count 0",
+            "configrollout_region_writes_total{result=\"ok\"} 0",
+            "configrollout_region_writes_total{result=\"conflict\"} 1",
+            "configrollout_region_writes_total{result=\"error\"} 0",
+            "configrollout_status_patches_total{result=\"ok\"} 0",
+            "configrollout_status_patch_duration_seconds_sum 0",
+            "configrollout_gate_samples_total{verdict=\"successful\"} 0",
+            "configrollout_gate_samples_total{verdict=\"inconclusive\"} 3",
+            "# TYPE configrollout_leader gauge",
+            "configrollout_leader 1",
+            "configrollout_rollouts{phase=\"Progressing\"} 2",
+            "configrollout_rollouts{phase=\"Complete\"} 1",
+            "configrollout_rollouts{phase=\"Pending\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|candidate| candidate == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        // Every family is declared once, and every sample belongs to a declared family.
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split(' ').next())
+            .collect();
+        assert_eq!(families.len(), 8);
+        for sample in text.lines().filter(|line| !line.starts_with('#')) {
+            assert!(
+                families.iter().any(|family| sample.starts_with(family)),
+                "{sample} belongs to no family"
+            );
+        }
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn floats_are_written_as_prometheus_reads_them() {
+        assert_eq!(float(f64::INFINITY), "+Inf");
+        assert_eq!(float(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(float(f64::NAN), "NaN");
+        assert_eq!(float(0.25), "0.25");
+        assert_eq!(float(10.0), "10");
+    }
+
+    #[tokio::test]
+    async fn leader_gauge_follows_the_election() {
+        let metrics = Metrics::new();
+        metrics.leader.set(7);
+        // With a state that always leads, the gauge reads 1 as soon as it is tracked.
+        let state = LeaderState::always_leading();
+        let tracked = metrics.track_leader(state);
+        tokio::select! {
+            () = tracked => panic!("tracking ended while the elector lives"),
+            () = tokio::task::yield_now() => {}
+        }
+        assert_eq!(metrics.leader.get(), 1);
+    }
+}

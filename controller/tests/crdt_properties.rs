@@ -1,0 +1,627 @@
+//! Properties of the CRDT core that the rollout relies on: merge is a join, replicas
+//! converge whatever the delivery, collected tombstones never resurrect, the clock only
+//! moves forward, rollbacks revert only their own writes, and the decoder survives hostile
+//! input.
+
+use std::collections::BTreeMap;
+
+use configrollout::crdt::codec::FORMAT_VERSION;
+use configrollout::crdt::{
+    CodecError, Delta, DigestKey, Entry, Hlc, ManualClock, Replica, Stamp, WriterId,
+    collect_tombstones, compensating_delta, declare_revision, decode, decode_delta, encode,
+    encode_delta, override_delta, revision_digest, stable_point,
+};
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+const WRITERS: [&str; 4] = [
+    "rollout:payments/api",
+    "rollout:payments/web",
+    "override:alice",
+    "override:bob@example.com",
+];
+
+fn writer(index: usize) -> WriterId {
+    WriterId::parse(WRITERS[index % WRITERS.len()]).unwrap()
+}
+
+fn rollout_writer() -> WriterId {
+    writer(0)
+}
+
+fn digest_key() -> DigestKey {
+    DigestKey::new(b"property-test-digest-key").unwrap()
+}
+
+fn any_stamp() -> impl Strategy<Value = Stamp> {
+    (0u64..40, 0u32..3, 0..WRITERS.len())
+        .prop_map(|(wall, logical, w)| Stamp::new(wall, logical, writer(w)))
+}
+
+fn any_key() -> impl Strategy<Value = String> {
+    (0u32..24).prop_map(|k| format!("key-{k:02}"))
+}
+
+/// Values include quotes, backslashes, control characters and non-ASCII for the codec.
+fn any_value() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        1 => Just(None),
+        4 => "[a-c]{0,3}".prop_map(Some),
+        1 => any::<String>().prop_map(Some),
+    ]
+}
+
+/// Arbitrary entries, including two values under one stamp: merge must stay a join even
+/// on input no correct writer produces.
+fn any_delta() -> impl Strategy<Value = Delta> {
+    prop::collection::vec((any_key(), any_value(), any_stamp()), 0..30).prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(key, value, stamp)| {
+                (
+                    key,
+                    Entry {
+                        value: value.map(Into::into),
+                        stamp,
+                    },
+                )
+            })
+            .collect()
+    })
+}
+
+fn any_replica() -> impl Strategy<Value = Replica> {
+    prop::collection::vec(any_delta(), 0..3).prop_map(|deltas| {
+        let mut replica = Replica::new();
+        for delta in &deltas {
+            replica.apply(delta);
+        }
+        replica
+    })
+}
+
+fn merged(left: &Replica, right: &Replica) -> Replica {
+    let mut out = left.clone();
+    out.merge(right);
+    out
+}
+
+/// Deltas as correct writers make them: every delta has its own stamp, so equal stamps
+/// always carry equal values.
+fn well_stamped_deltas(max: usize) -> impl Strategy<Value = Vec<Delta>> {
+    prop::collection::vec(
+        (
+            0u64..30,
+            0..WRITERS.len(),
+            prop::collection::btree_map(any_key(), any_value(), 1..8),
+        ),
+        1..max,
+    )
+    .prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(sequence, (wall, w, changes))| {
+                let stamp = Stamp::new(wall, sequence as u32, writer(w));
+                changes
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let entry = Entry {
+                            value: value.map(Into::into),
+                            stamp: stamp.clone(),
+                        };
+                        (key, entry)
+                    })
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #[test]
+    fn merge_is_commutative(a in any_replica(), b in any_replica()) {
+        prop_assert_eq!(merged(&a, &b), merged(&b, &a));
+    }
+
+    #[test]
+    fn merge_is_associative(a in any_replica(), b in any_replica(), c in any_replica()) {
+        prop_assert_eq!(merged(&merged(&a, &b), &c), merged(&a, &merged(&b, &c)));
+    }
+
+    #[test]
+    fn merge_is_idempotent(a in any_replica(), b in any_replica()) {
+        prop_assert_eq!(merged(&a, &a), a.clone());
+        let once = merged(&a, &b);
+        prop_assert_eq!(merged(&once, &b), once.clone());
+    }
+
+    #[test]
+    fn applying_a_delta_equals_merging_it_as_a_replica(a in any_replica(), d in any_delta()) {
+        let mut by_apply = a.clone();
+        let first = by_apply.apply(&d);
+        let mut as_replica = Replica::new();
+        as_replica.apply(&d);
+        prop_assert_eq!(&by_apply, &merged(&a, &as_replica));
+        prop_assert_eq!(first.won + first.lost + first.unchanged, d.len());
+        let settled = by_apply.clone();
+        let again = by_apply.apply(&d);
+        prop_assert!(again.is_noop());
+        prop_assert_eq!(again.won, 0);
+        prop_assert_eq!(again.lost + again.unchanged, d.len());
+        prop_assert_eq!(by_apply, settled);
+    }
+
+    /// Replicas fed the same deltas in different orders, with duplicates and drops, then
+    /// repaired by full-state anti-entropy, end identical, with identical digests, and
+    /// equal to applying every delta once.
+    #[test]
+    fn replicas_converge_whatever_the_delivery(
+        deltas in well_stamped_deltas(12),
+        replicas in 2usize..5,
+        deliveries in prop::collection::vec((any::<Index>(), any::<Index>()), 0..60),
+        owners in prop::collection::vec(any::<Index>(), 12),
+        gossip in prop::collection::vec((any::<Index>(), any::<Index>()), 0..10),
+    ) {
+        let mut reference = Replica::new();
+        for delta in &deltas {
+            reference.apply(delta);
+        }
+        let mut regions = vec![Replica::new(); replicas];
+        for (region, delta) in &deliveries {
+            regions[region.index(replicas)].apply(&deltas[delta.index(deltas.len())]);
+        }
+        // Every delta reached at least one replica; the rest were dropped somewhere.
+        for (delta, owner) in deltas.iter().zip(&owners) {
+            regions[owner.index(replicas)].apply(delta);
+        }
+        for (into, from) in &gossip {
+            let source = regions[from.index(replicas)].clone();
+            regions[into.index(replicas)].merge(&source);
+        }
+        for into in 0..replicas {
+            for from in 0..replicas {
+                let source = regions[from].clone();
+                regions[into].merge(&source);
+            }
+        }
+        let digest = revision_digest(&digest_key(), &reference);
+        for region in &regions {
+            prop_assert_eq!(region, &reference);
+            prop_assert_eq!(revision_digest(&digest_key(), region), digest.clone());
+        }
+    }
+
+    #[test]
+    fn digest_ignores_stamps_and_tombstones(deltas in well_stamped_deltas(8)) {
+        let mut replica = Replica::new();
+        for delta in &deltas {
+            replica.apply(delta);
+        }
+        let live: BTreeMap<String, String> = replica
+            .live_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let restamped = declare_revision(
+            &BTreeMap::new(),
+            &live,
+            Stamp::new(1_000, 0, rollout_writer()),
+        );
+        let mut fresh = Replica::new();
+        fresh.apply(&restamped);
+        prop_assert_eq!(
+            revision_digest(&digest_key(), &fresh),
+            revision_digest(&digest_key(), &replica)
+        );
+    }
+}
+
+/// One step of the compaction scenario.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The region receives the next revision it has not merged (the engine publishes in
+    /// order).
+    Publish(Index),
+    /// Full-state anti-entropy from one participant into a region.
+    AntiEntropy { into: Index, from: Index },
+    /// A region collects its tombstones at the stable point of every participant.
+    Collect(Index),
+    /// A copy of a region is kept aside (a cache, a backup) to be merged later; it is a
+    /// participant, so its frontier counts.
+    Snapshot(Index),
+}
+
+fn any_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => any::<Index>().prop_map(Step::Publish),
+        2 => (any::<Index>(), any::<Index>()).prop_map(|(into, from)| Step::AntiEntropy { into, from }),
+        3 => any::<Index>().prop_map(Step::Collect),
+        1 => any::<Index>().prop_map(Step::Snapshot),
+    ]
+}
+
+/// Revisions of one rollout: each a full desired map over a small key space, so keys come
+/// and go and tombstones are common.
+fn desired_history() -> impl Strategy<Value = Vec<BTreeMap<String, String>>> {
+    prop::collection::vec(
+        prop::collection::btree_map(
+            (0u32..8).prop_map(|k| format!("key-{k}")),
+            "[a-d]{1,2}",
+            0..6,
+        ),
+        1..10,
+    )
+}
+
+/// The revisions' deltas (each against the previous desired state), stamped by one clock.
+fn revision_deltas(history: &[BTreeMap<String, String>]) -> Vec<Delta> {
+    let clock = ManualClock::new(1_000);
+    let mut hlc = Hlc::with_clock(rollout_writer(), 60_000, clock.clone());
+    let mut previous = BTreeMap::new();
+    history
+        .iter()
+        .map(|desired| {
+            clock.advance(7);
+            let delta = declare_revision(&previous, desired, hlc.now());
+            previous = desired.clone();
+            delta
+        })
+        .collect()
+}
+
+fn replica_of(deltas: &[Delta]) -> Replica {
+    let mut replica = Replica::new();
+    for delta in deltas {
+        replica.apply(delta);
+    }
+    replica
+}
+
+/// How many revisions a replica has merged, read from its frontier.
+fn merged_prefix(replica: &Replica, deltas: &[Delta]) -> usize {
+    match replica.frontier_of(&rollout_writer()) {
+        None => deltas.iter().take_while(|delta| delta.is_empty()).count(),
+        Some(frontier) => deltas
+            .iter()
+            .take_while(|delta| delta.max_stamp().is_none_or(|stamp| stamp <= frontier))
+            .count(),
+    }
+}
+
+proptest! {
+    /// Tombstones collected at the stable point of the regions' frontiers never let a
+    /// deleted key come back, whatever stale replica is merged afterwards: at every step
+    /// each region shows exactly the live state of the revisions it has merged.
+    #[test]
+    fn collected_keys_never_come_back(
+        history in desired_history(),
+        regions in 2usize..4,
+        steps in prop::collection::vec(any_step(), 0..60),
+    ) {
+        let deltas = revision_deltas(&history);
+        let mut participants: Vec<Replica> = vec![Replica::new(); regions];
+        let check = |participants: &[Replica]| -> Result<(), TestCaseError> {
+            for replica in participants {
+                let prefix = merged_prefix(replica, &deltas);
+                let expected = replica_of(&deltas[..prefix]);
+                prop_assert_eq!(replica.live(), expected.live());
+            }
+            Ok(())
+        };
+        for step in &steps {
+            match step {
+                Step::Publish(region) => {
+                    let region = region.index(regions);
+                    let next = merged_prefix(&participants[region], &deltas);
+                    if let Some(delta) = deltas.get(next) {
+                        participants[region].apply(delta);
+                    }
+                }
+                Step::AntiEntropy { into, from } => {
+                    let source = participants[from.index(participants.len())].clone();
+                    participants[into.index(regions)].merge(&source);
+                }
+                Step::Collect(region) => {
+                    let frontiers: Vec<Option<Stamp>> = participants
+                        .iter()
+                        .map(|p| p.frontier_of(&rollout_writer()).cloned())
+                        .collect();
+                    if let Some(stable) = stable_point(&frontiers) {
+                        collect_tombstones(&mut participants[region.index(regions)], &stable);
+                    }
+                }
+                Step::Snapshot(region) => {
+                    let copy = participants[region.index(regions)].clone();
+                    participants.push(copy);
+                }
+            }
+            check(&participants)?;
+        }
+        // Finish the rollout everywhere; bring every participant, stale copies included,
+        // up to date by anti-entropy; then everything is stable and every tombstone goes.
+        for region in participants.iter_mut().take(regions) {
+            for delta in &deltas[merged_prefix(region, &deltas)..] {
+                region.apply(delta);
+            }
+        }
+        for _ in 0..2 {
+            for into in 0..participants.len() {
+                for from in 0..regions {
+                    let source = participants[from].clone();
+                    participants[into].merge(&source);
+                }
+            }
+        }
+        let frontiers: Vec<Option<Stamp>> = participants
+            .iter()
+            .map(|p| p.frontier_of(&rollout_writer()).cloned())
+            .collect();
+        let stable = stable_point(&frontiers);
+        let last_desired = history.last().cloned().unwrap_or_default();
+        for region in participants.iter_mut().take(regions) {
+            if let Some(stable) = &stable {
+                collect_tombstones(region, stable);
+            }
+            prop_assert_eq!(region.tombstones(), 0);
+            let live: BTreeMap<String, String> = region
+                .live_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            prop_assert_eq!(&live, &last_desired);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum ClockStep {
+    Now,
+    Tick(u64),
+    SetBack(u64),
+    ObserveWithin {
+        ahead_ms: u64,
+        logical: u32,
+        writer: usize,
+    },
+    ObserveBeyond {
+        beyond_ms: u64,
+        logical: u32,
+    },
+}
+
+fn any_clock_step() -> impl Strategy<Value = ClockStep> {
+    prop_oneof![
+        4 => Just(ClockStep::Now),
+        2 => (0u64..5).prop_map(ClockStep::Tick),
+        1 => (0u64..50).prop_map(ClockStep::SetBack),
+        2 => (0u64..=100, any::<u32>(), 0..WRITERS.len())
+            .prop_map(|(ahead_ms, logical, writer)| ClockStep::ObserveWithin { ahead_ms, logical, writer }),
+        1 => (1u64..1_000, any::<u32>()).prop_map(|(beyond_ms, logical)| ClockStep::ObserveBeyond { beyond_ms, logical }),
+    ]
+}
+
+proptest! {
+    /// Stamps from one clock strictly increase, each is after every stamp it observed, and
+    /// a stamp beyond the drift bound is refused without moving the clock.
+    #[test]
+    fn hlc_stamps_only_move_forward(steps in prop::collection::vec(any_clock_step(), 1..80)) {
+        const DRIFT: u64 = 100;
+        let clock = ManualClock::new(10_000);
+        let mut hlc = Hlc::with_clock(writer(0), DRIFT, clock.clone());
+        let mut last: Option<Stamp> = None;
+        for step in steps {
+            let issued = match step {
+                ClockStep::Now => Some(hlc.now()),
+                ClockStep::Tick(ms) => { clock.advance(ms); None }
+                ClockStep::SetBack(ms) => { clock.set(clock_now(&clock).saturating_sub(ms)); None }
+                ClockStep::ObserveWithin { ahead_ms, logical, writer: w } => {
+                    let remote = Stamp::new(clock_now(&clock) + ahead_ms, logical, writer(w));
+                    let stamp = hlc.observe(&remote).unwrap();
+                    prop_assert!(stamp > remote);
+                    Some(stamp)
+                }
+                ClockStep::ObserveBeyond { beyond_ms, logical } => {
+                    let remote = Stamp::new(clock_now(&clock) + DRIFT + beyond_ms, logical, writer(2));
+                    let untouched = hlc.clone();
+                    prop_assert!(hlc.observe(&remote).is_err());
+                    prop_assert_eq!(hlc.clone().now(), untouched.clone().now());
+                    None
+                }
+            };
+            if let Some(stamp) = issued {
+                if let Some(previous) = &last {
+                    prop_assert!(stamp > *previous, "{} after {}", stamp, previous);
+                }
+                prop_assert_eq!(&stamp.writer, &writer(0));
+                last = Some(stamp);
+            }
+        }
+    }
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    use configrollout::crdt::PhysicalClock;
+    clock.now_ms()
+}
+
+proptest! {
+    /// Two values under one stamp never survive decoding, and merging them is
+    /// deterministic whatever the order.
+    #[test]
+    fn equal_stamps_with_two_values_are_refused_and_merge_deterministically(
+        key in any_key(),
+        stamp in any_stamp(),
+        first in "[a-z]{1,4}",
+        second in "[a-z]{1,4}",
+    ) {
+        prop_assume!(first != second);
+        let entry = |value: &str| {
+            format!("[\"{key}\",\"{value}\",{},{},\"{}\"]", stamp.wall_ms, stamp.logical, stamp.writer)
+        };
+        let text = format!(
+            "{{\"v\":{FORMAT_VERSION},\"frontiers\":[[{},{},\"{}\"]],\"entries\":[{},{}]}}",
+            stamp.wall_ms, stamp.logical, stamp.writer, entry(&first), entry(&second)
+        );
+        let is_conflict = matches!(decode(&text), Err(CodecError::StampConflict { .. }));
+        prop_assert!(is_conflict);
+
+        let one = |value: &str| {
+            let mut replica = Replica::new();
+            replica.apply(&[(key.clone(), Entry::live(value, stamp.clone()))].into_iter().collect());
+            replica
+        };
+        let (a, b) = (one(&first), one(&second));
+        let ab = merged(&a, &b);
+        prop_assert_eq!(&ab, &merged(&b, &a));
+        let winner = first.clone().max(second.clone());
+        prop_assert_eq!(ab.get(&key).and_then(Entry::value), Some(winner.as_str()));
+    }
+
+    /// A rollback's compensation never touches a key whose winner is someone else's write,
+    /// and restores the previous value (or absence) wherever the revision still wins.
+    #[test]
+    fn compensation_reverts_only_the_revisions_own_writes(
+        previous in prop::collection::btree_map(any_key(), "[a-c]{1,2}", 0..10),
+        desired in prop::collection::btree_map(any_key(), "[a-c]{1,2}", 0..10),
+        later in prop::collection::vec((any_key(), any_value(), 0..WRITERS.len(), -3i64..4), 0..8),
+    ) {
+        let rollout = rollout_writer();
+        let base = declare_revision(&BTreeMap::new(), &previous, Stamp::new(5, 0, rollout.clone()));
+        let revision = declare_revision(&previous, &desired, Stamp::new(10, 0, rollout.clone()));
+        let mut replica = replica_of(&[base, revision.clone()]);
+        // Other writes around the revision's time: some after it (they win), some before
+        // (they lose), from other writers.
+        for (index, (key, value, w, offset)) in later.into_iter().enumerate() {
+            let stamp = Stamp::new((10 + offset) as u64, index as u32 + 1, writer(1 + w % 3));
+            let mut delta = Delta::new();
+            delta.insert(key, Entry { value: value.map(Into::into), stamp });
+            replica.apply(&delta);
+        }
+        let before = replica.clone();
+        let compensation =
+            compensating_delta(&replica, &revision, &previous, Stamp::new(20, 0, rollout)).unwrap();
+        replica.apply(&compensation);
+        for (key, written) in revision.iter() {
+            let still_ours = before.get(key) == Some(written);
+            prop_assert_eq!(compensation.get(key).is_some(), still_ours);
+            if still_ours {
+                prop_assert_eq!(
+                    replica.get(key).and_then(Entry::value),
+                    previous.get(key).map(String::as_str)
+                );
+            } else {
+                prop_assert_eq!(replica.get(key), before.get(key));
+            }
+        }
+        for (key, _) in compensation.iter() {
+            prop_assert!(revision.get(key).is_some());
+        }
+    }
+
+    /// An override written after a revision beats it; a revision declared after the
+    /// override (the engine observed the region first) beats the override, whatever order
+    /// the three deltas reach the region in and however the two clocks are skewed.
+    #[test]
+    fn overrides_and_later_revisions_win_by_declaration_order(
+        skew in -500i64..500,
+        order in Just(vec![0usize, 1, 2]).prop_shuffle(),
+        r1 in prop::collection::btree_map(any_key(), "[a-c]{1,2}", 1..6),
+        overridden in prop::collection::btree_map(any_key(), "[x-z]{1,2}", 1..4),
+        r2_keys in prop::collection::btree_set(any_key(), 0..6),
+    ) {
+        let controller_clock = ManualClock::new(1_000_000);
+        let plugin_clock = ManualClock::new((1_000_000 + skew) as u64);
+        let mut controller = Hlc::with_clock(rollout_writer(), 1_000, controller_clock.clone());
+        let mut plugin =
+            Hlc::with_clock(WriterId::override_by("alice").unwrap(), 1_000, plugin_clock.clone());
+
+        let first = declare_revision(&BTreeMap::new(), &r1, controller.now());
+        // The plugin reads the region (which has the first revision) before writing.
+        let region_frontier = first.max_stamp().cloned().unwrap();
+        plugin.observe(&region_frontier).unwrap();
+        let over = override_delta(
+            plugin.now(),
+            overridden.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+        )
+        .unwrap();
+        // The engine reads the region (override included) before declaring.
+        controller.observe(over.max_stamp().unwrap()).unwrap();
+        let mut r2 = r1.clone();
+        for key in &r2_keys {
+            r2.insert(key.clone(), "r2".to_owned());
+        }
+        let second = declare_revision(&r1, &r2, controller.now());
+
+        let deltas = [first, over, second];
+        let mut region = Replica::new();
+        for index in order {
+            region.apply(&deltas[index]);
+        }
+        for key in &r2_keys {
+            prop_assert_eq!(region.get(key).and_then(Entry::value), Some("r2"));
+        }
+        for (key, value) in &overridden {
+            if !r2_keys.contains(key) {
+                prop_assert_eq!(region.get(key).and_then(Entry::value), Some(value.as_str()));
+            }
+        }
+    }
+
+    /// decode(encode(x)) == x, and equal states encode to the same bytes.
+    #[test]
+    fn codec_round_trips_canonically(a in any_replica(), b in any_replica()) {
+        let text = encode(&a).unwrap();
+        let back = decode(&text).unwrap();
+        prop_assert_eq!(&back, &a);
+        prop_assert_eq!(encode(&back).unwrap(), text);
+        prop_assert_eq!(encode(&merged(&a, &b)).unwrap(), encode(&merged(&b, &a)).unwrap());
+    }
+
+    #[test]
+    fn delta_codec_round_trips(deltas in well_stamped_deltas(4)) {
+        for delta in &deltas {
+            let text = encode_delta(delta).unwrap();
+            prop_assert_eq!(&decode_delta(&text).unwrap(), delta);
+        }
+    }
+
+    /// The decoder never panics on arbitrary text.
+    #[test]
+    fn decoder_survives_arbitrary_text(text in any::<String>()) {
+        let _ = decode(&text);
+        let _ = decode_delta(&text);
+    }
+
+    /// ... nor on arbitrary bytes read as text.
+    #[test]
+    fn decoder_survives_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = decode(&text);
+        let _ = decode_delta(&text);
+    }
+
+    /// ... nor on near-valid documents (the interesting hostile input), and whatever it
+    /// accepts is a valid state that re-encodes canonically.
+    #[test]
+    fn decoder_survives_mutated_documents(
+        replica in any_replica(),
+        edits in prop::collection::vec((any::<Index>(), any::<u8>(), 0u8..3), 1..6),
+    ) {
+        let mut bytes = encode(&replica).unwrap().into_bytes();
+        for (at, byte, kind) in edits {
+            if bytes.is_empty() {
+                break;
+            }
+            let at = at.index(bytes.len());
+            match kind {
+                0 => bytes[at] = byte,
+                1 => bytes.insert(at, byte),
+                _ => { bytes.remove(at); }
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        if let Ok(decoded) = decode(&text) {
+            let again = encode(&decoded).unwrap();
+            prop_assert_eq!(decode(&again).unwrap(), decoded);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+package crdcheck
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+var fixtureDir = filepath.Join("..", "..", "controller", "tests", "fixtures")
+
+func kinds(t *testing.T) map[string]*Kind {
+	t.Helper()
+	out := map[string]*Kind{}
+	for name, crd := range loadCRDs(t) {
+		k, err := NewKind(crd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = k
+	}
+	return out
+}
+
+func fixture(t *testing.T, name string) map[string]interface{} {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(fixtureDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]interface{}{}
+	if err := yaml.Unmarshal(raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// set replaces the value at a dotted path ("spec.stages.0.name"); a nil value deletes.
+func set(t *testing.T, obj map[string]interface{}, path string, value interface{}) {
+	t.Helper()
+	var at interface{} = obj
+	steps := strings.Split(path, ".")
+	for i, step := range steps {
+		last := i == len(steps)-1
+		switch node := at.(type) {
+		case map[string]interface{}:
+			if last {
+				if value == nil {
+					delete(node, step)
+				} else {
+					node[step] = value
+				}
+				return
+			}
+			at = node[step]
+		case []interface{}:
+			idx := 0
+			for _, c := range step {
+				idx = idx*10 + int(c-'0')
+			}
+			if last {
+				node[idx] = value
+				return
+			}
+			at = node[idx]
+		default:
+			t.Fatalf("%s: cannot step into %T at %s", path, at, step)
+		}
+	}
+}
+
+func parse(t *testing.T, text string) interface{} {
+	t.Helper()
+	var v interface{}
+	if err := yaml.Unmarshal([]byte(text), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func get(obj map[string]interface{}, path string) interface{} {
+	var at interface{} = obj
+	for _, step := range strings.Split(path, ".") {
+		switch node := at.(type) {
+		case map[string]interface{}:
+			at = node[step]
+		case []interface{}:
+			idx := 0
+			for _, c := range step {
+				idx = idx*10 + int(c-'0')
+			}
+			if idx >= len(node) {
+				return nil
+			}
+			at = node[idx]
+		default:
+			return nil
+		}
+	}
+	return at
+}
+
+func TestFixturesAreAdmittedAndDefaulted(t *testing.T) {
+	k := kinds(t)
+	for _, c := range []struct{ kind, file string }{
+		{"ConfigRollout", "rollout-basic.yaml"},
+		{"ConfigRollout", "rollout-full.yaml"},
+		{"Region", "region.yaml"},
+		{"StageApproval", "stageapproval.yaml"},
+	} {
+		if _, errs := k[c.kind].Admit(fixture(t, c.file), nil); len(errs) > 0 {
+			t.Errorf("%s refused: %v", c.file, errs.ToAggregate())
+		}
+	}
+	obj, _ := k["ConfigRollout"].Admit(fixture(t, "rollout-basic.yaml"), nil)
+	for path, want := range map[string]interface{}{
+		"spec.stages.0.maxParallel":       int64(1),
+		"spec.stages.0.approval":          "None",
+		"spec.onFailure":                  "Halt",
+		"spec.driftPolicy":                "Report",
+		"spec.revisionHistoryLimit":       int64(10),
+		"spec.strategy.expandContract":    "Auto",
+		"spec.strategy.contract.approval": "None",
+		"spec.paused":                     false,
+	} {
+		if got := get(obj, path); got != want {
+			t.Errorf("apiserver default of %s: got %#v, want %#v", path, got, want)
+		}
+	}
+	full, _ := k["ConfigRollout"].Admit(fixture(t, "rollout-full.yaml"), nil)
+	if got := get(full, "spec.gates.1.interval"); got != "1m" {
+		t.Errorf("apiserver default of gate interval: got %#v", got)
+	}
+}
+
+type refusal struct {
+	name    string
+	kind    string
+	file    string
+	edit    map[string]string // dotted path -> YAML value ("~delete" removes)
+	message string            // a substring of the apiserver's error
+}
+
+func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
+	cases := []refusal{
+		{"duplicate stage names", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.1.name": "canary"}, "spec.stages: stage names must be unique"},
+		{"stage named like the contract step", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.1.name": "contract"}, `spec.stages[].name: "contract" is reserved`},
+		{"duplicate gate names", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.1.name": "error-rate", "spec.stages.1.gates": "[error-rate]"}, "spec.gates: gate names must be unique"},
+		{"stage names an undeclared gate", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.0.gates": "[error-rate, saturation]"}, "every gate a stage names must be declared in spec.gates"},
+		{"stage gates without any spec.gates", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.gates": "[error-rate]"}, "every gate a stage names must be declared"},
+		{"both data and fromConfigMap", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.fromConfigMap": "{name: src}"}, "set exactly one of spec.data or spec.fromConfigMap"},
+		{"neither data nor fromConfigMap", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.data": "~delete"}, "set exactly one of spec.data or spec.fromConfigMap"},
+		{"fractional duration", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.1.pause.duration": "1.5h"}, "pause.duration must be a duration"},
+		{"unit-less interval", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.interval": `"30"`}, "spec.gates[].interval must be a duration"},
+		{"negative deadline", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.0.progressDeadline": "-5m"}, "spec.stages[].progressDeadline must be a duration"},
+		{"empty initial delay", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.initialDelay": `""`}, "spec.gates[].initialDelay must be a duration"},
+		{"contract pause", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.strategy.contract.pause.duration": "5d"}, "pause.duration must be a duration"},
+		{"maxParallel zero", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.maxParallel": "0"}, "spec.stages[0].maxParallel"},
+		{"target name not DNS-1123", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.target.name": "Checkout_Flags"}, "spec.target.name must be a DNS-1123 subdomain"},
+		{"target namespace with a dot", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.target.namespace": "check.out"}, "spec.target.namespace must be a DNS-1123 label"},
+		{"target namespace too long", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.target.namespace": strings.Repeat("a", 64)}, "spec.target.namespace"},
+		{"history limit zero", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.revisionHistoryLimit": "0"}, "spec.revisionHistoryLimit"},
+		{"history limit over 100", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.revisionHistoryLimit": "101"}, "spec.revisionHistoryLimit"},
+		{"no stages", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages": "[]"}, "spec.stages"},
+		{"regions by names and selector", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.regions": "{names: [a], selector: {matchLabels: {x: y}}}"}, "exactly one of names (non-empty) or selector"},
+		{"regions by neither", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.regions": "{}"}, "exactly one of names (non-empty) or selector"},
+		{"regions by empty names", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.regions": "{names: []}"}, "exactly one of names (non-empty) or selector"},
+		{"region named twice in a stage", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.1.regions": "{names: [us-east-1, us-east-1]}"}, "spec.stages[1].regions.names[1]"},
+		{"consumer by name and selector", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.consumers.0.selector": "{matchLabels: {app: x}}"}, "spec.consumers[]: set exactly one of name or selector"},
+		{"consumer by neither", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.consumers.1.selector": "~delete"}, "spec.consumers[]: set exactly one of name or selector"},
+		{"consumer of an unknown kind", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.consumers.0.kind": "CronJob"}, "spec.consumers[0].kind"},
+		{"data key with a space", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.data": `{"bad key": "1"}`}, "spec.data: keys must be valid ConfigMap keys"},
+		{"data key too long", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.data": "{" + strings.Repeat("k", 254) + ": v}"}, "spec.data: keys must be valid ConfigMap keys"},
+		{"gate count zero", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.count": "0"}, "spec.gates[0].count"},
+		{"negative failure limit", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.failureLimit": "-1"}, "spec.gates[0].failureLimit"},
+		{"negative inconclusive limit", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.inconclusiveLimit": "-1"}, "spec.gates[0].inconclusiveLimit"},
+		{"unknown onFailure", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.onFailure": "Retry"}, "spec.onFailure"},
+		{"prometheus URL not http", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.url": "ftp://prom:9090"}, "spec.prometheus.url must be an absolute http or https URL"},
+		{"prometheus URL relative", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.url": "/metrics"}, "spec.prometheus.url must be an absolute http or https URL"},
+		{"approval of a revision not named rN", "StageApproval", "stageapproval.yaml",
+			map[string]string{"spec.revision": "3"}, "spec.revision must be a revision name"},
+		{"approval without approver", "StageApproval", "stageapproval.yaml",
+			map[string]string{"spec.approver": "~delete"}, "spec.approver"},
+	}
+	k := kinds(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			obj := fixture(t, c.file)
+			for path, text := range c.edit {
+				if text == "~delete" {
+					set(t, obj, path, nil)
+				} else {
+					set(t, obj, path, parse(t, text))
+				}
+			}
+			_, errs := k[c.kind].Admit(obj, nil)
+			if len(errs) == 0 {
+				t.Fatalf("admitted, want refusal containing %q", c.message)
+			}
+			all := errs.ToAggregate().Error()
+			if !strings.Contains(all, c.message) {
+				t.Fatalf("refused with %q, want it to contain %q", all, c.message)
+			}
+		})
+	}
+}
+
+func TestStageApprovalCannotBeEdited(t *testing.T) {
+	k := kinds(t)["StageApproval"]
+	old := fixture(t, "stageapproval.yaml")
+	edited := fixture(t, "stageapproval.yaml")
+	set(t, edited, "spec.stage", "everywhere")
+	_, errs := k.Admit(edited, old)
+	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "StageApproval spec is immutable") {
+		t.Fatalf("edit of spec.stage: got %v, want the immutability refusal", errs)
+	}
+	same := fixture(t, "stageapproval.yaml")
+	set(t, same, "metadata.labels", map[string]interface{}{"audited": "yes"})
+	if _, errs := k.Admit(same, fixture(t, "stageapproval.yaml")); len(errs) > 0 {
+		t.Fatalf("metadata-only update refused: %v", errs)
+	}
+}
+
+// The largest rollout the schema admits is still evaluated within the apiserver's
+// runtime CEL budget.
+func TestLargestRolloutStaysWithinTheRuntimeBudget(t *testing.T) {
+	k := kinds(t)["ConfigRollout"]
+	obj := fixture(t, "rollout-full.yaml")
+	var gates, stages []interface{}
+	var gateNames []interface{}
+	for i := 0; i < 20; i++ {
+		name := "gate-" + strings.Repeat("g", 50) + string(rune('a'+i))
+		gateNames = append(gateNames, name)
+		gates = append(gates, map[string]interface{}{"name": name, "query": "up", "condition": "result > 0"})
+	}
+	for i := 0; i < 20; i++ {
+		var regions []interface{}
+		for r := 0; r < 100; r++ {
+			regions = append(regions, strings.Repeat("r", 200)+string(rune('a'+i))+string(rune('a'+r%26))+string(rune('a'+r/26)))
+		}
+		stages = append(stages, map[string]interface{}{
+			"name":    "stage-" + strings.Repeat("s", 50) + string(rune('a'+i)),
+			"regions": map[string]interface{}{"names": regions},
+			"gates":   gateNames,
+		})
+	}
+	data := map[string]interface{}{}
+	for i := 0; i < 1000; i++ {
+		data[strings.Repeat("k", 214)+strings.Repeat(string(rune('a'+i%26)), 1+i/26)] = "v"
+	}
+	set(t, obj, "spec.gates", gates)
+	set(t, obj, "spec.stages", stages)
+	set(t, obj, "spec.fromConfigMap", nil)
+	set(t, obj, "spec.data", data)
+	if _, errs := k.Admit(obj, nil); len(errs) > 0 {
+		t.Fatalf("largest rollout refused: %v", errs.ToAggregate())
+	}
+}

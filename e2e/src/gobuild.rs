@@ -1,0 +1,200 @@
+//! Builds the lab's Go programs (`e2e/controlplane/cmd/*`) once and caches them in
+//! `e2e/.cache/bin`, keyed by a hash of the module's sources and the Go version: a
+//! rebuild happens only when those change.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::LabError;
+
+/// The control plane program: kube-apiserver on embedded etcd.
+pub const CONTROLPLANE: &str = "lab-controlplane";
+/// The per-region workload that Prometheus scrapes.
+pub const WORKLOAD: &str = "lab-workload";
+/// Runs a foreign program (Prometheus) so that it stops with the lab.
+pub const EXEC: &str = "lab-exec";
+
+const PROGRAMS: [&str; 3] = [CONTROLPLANE, WORKLOAD, EXEC];
+const STAMP: &str = ".source-hash";
+
+/// Paths of the built Go programs.
+#[derive(Debug, Clone)]
+pub struct GoPrograms {
+    dir: PathBuf,
+}
+
+impl GoPrograms {
+    /// Path of one program.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// The Go module's directory in this checkout.
+pub fn module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane")
+}
+
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache")
+}
+
+/// `$GO`, else `go` from PATH, else the standard install location (a shell without
+/// /usr/local/go/bin on PATH, as under some CI runners).
+fn go_command() -> String {
+    if let Ok(go) = std::env::var("GO") {
+        return go;
+    }
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("go").is_file()));
+    if !on_path && Path::new("/usr/local/go/bin/go").is_file() {
+        return "/usr/local/go/bin/go".to_string();
+    }
+    "go".to_string()
+}
+
+/// Returns the built programs, building them first when the sources changed.
+///
+/// Blocking (a cold build takes minutes); concurrent callers wait on a file lock, so
+/// only one of them builds.
+pub fn ensure_built() -> Result<GoPrograms, LabError> {
+    let cache = cache_dir();
+    fs::create_dir_all(&cache)
+        .map_err(|e| LabError::io(format!("create {}", cache.display()), e))?;
+    let lock_path = cache.join("build.lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| LabError::io(format!("open {}", lock_path.display()), e))?;
+    lock.lock()
+        .map_err(|e| LabError::io(format!("lock {}", lock_path.display()), e))?;
+
+    let bin = cache.join("bin");
+    let ldflags = version_ldflags()?;
+    let wanted = source_hash(&ldflags)?;
+    let current = fs::read_to_string(bin.join(STAMP)).unwrap_or_default();
+    let complete = PROGRAMS.iter().all(|p| bin.join(p).is_file());
+    if current.trim() == wanted && complete {
+        return Ok(GoPrograms { dir: bin });
+    }
+
+    tracing::info!(module = %module_dir().display(), "building the lab's Go programs (minutes on a cold cache)");
+    let staging = cache.join(format!("bin.building-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir_all(&staging)
+        .map_err(|e| LabError::io(format!("create {}", staging.display()), e))?;
+    let mut out_dir = staging.clone().into_os_string();
+    out_dir.push("/");
+    let output = Command::new(go_command())
+        .current_dir(module_dir())
+        // The module stands alone: a go.work somewhere above must not change its build.
+        .env("GOWORK", "off")
+        .args(["build", "-ldflags", &ldflags, "-o"])
+        .arg(&out_dir)
+        .arg("./cmd/...")
+        .output()
+        .map_err(|e| {
+            LabError::io(
+                format!(
+                    "run {} build (is Go installed? see scripts/install-deps)",
+                    go_command()
+                ),
+                e,
+            )
+        })?;
+    if !output.status.success() {
+        let _ = fs::remove_dir_all(&staging);
+        return Err(LabError::GoBuild {
+            status: output.status.to_string(),
+            output: String::from_utf8_lossy(&[output.stdout, output.stderr].concat()).into_owned(),
+        });
+    }
+    fs::write(staging.join(STAMP), &wanted).map_err(|e| LabError::io("write build stamp", e))?;
+    let _ = fs::remove_dir_all(&bin);
+    fs::rename(&staging, &bin)
+        .map_err(|e| LabError::io(format!("move {} into place", staging.display()), e))?;
+    Ok(GoPrograms { dir: bin })
+}
+
+/// `-ldflags` stamping the Kubernetes release of go.mod into the binary, as the upstream
+/// build does: without them `/version` reports `v0.0.0-master`.
+fn version_ldflags() -> Result<String, LabError> {
+    let go_mod = module_dir().join("go.mod");
+    let text = fs::read_to_string(&go_mod)
+        .map_err(|e| LabError::io(format!("read {}", go_mod.display()), e))?;
+    let version = text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("k8s.io/kubernetes "))
+        .map(str::trim)
+        .find(|v| v.starts_with('v'))
+        .ok_or_else(|| LabError::GoBuild {
+            status: "not started".into(),
+            output: format!("no k8s.io/kubernetes requirement in {}", go_mod.display()),
+        })?;
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default();
+    let minor = parts.next().unwrap_or_default();
+    let package = "k8s.io/component-base/version";
+    Ok(format!(
+        "-X {package}.gitVersion={version} -X {package}.gitMajor={major} -X {package}.gitMinor={minor} \
+         -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
+    ))
+}
+
+/// Hash of every source file of the module (path and content), the Go version and the
+/// build flags.
+fn source_hash(ldflags: &str) -> Result<String, LabError> {
+    let root = module_dir();
+    let mut files = Vec::new();
+    collect_sources(&root, &mut files)?;
+    files.sort();
+    let mut hasher = Sha256::new();
+    hasher.update(ldflags.as_bytes());
+    hasher.update([0]);
+    for file in &files {
+        let relative = file.strip_prefix(&root).unwrap_or(file);
+        hasher.update(relative.to_string_lossy().as_bytes());
+        hasher.update([0]);
+        let content =
+            fs::read(file).map_err(|e| LabError::io(format!("read {}", file.display()), e))?;
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(&content);
+    }
+    let version = Command::new(go_command())
+        .arg("version")
+        .output()
+        .map_err(|e| {
+            LabError::io(
+                format!(
+                    "run {} version (is Go installed? see scripts/install-deps)",
+                    go_command()
+                ),
+                e,
+            )
+        })?;
+    hasher.update(&version.stdout);
+    Ok(hex::encode(hasher.finalize()))
+}
+
+fn collect_sources(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), LabError> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| LabError::io(format!("list {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LabError::io(format!("list {}", dir.display()), e))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| LabError::io(format!("stat {}", path.display()), e))?;
+        if kind.is_dir() {
+            collect_sources(&path, files)?;
+        } else if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".go") || n == "go.mod" || n == "go.sum")
+        {
+            files.push(path);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,558 @@
+//! The lab: a hub and N regional control planes, one workload per region, and a
+//! Prometheus scraping the workloads; the hub holds the CRDs, one `Region` object and
+//! one kubeconfig Secret per region.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use crate::controlplane::{ControlPlane, ReadyInfo};
+use crate::gobuild::{self, GoPrograms};
+use crate::manifests::{self, FIELD_MANAGER};
+use crate::prometheus::{self, DEFAULT_PROMETHEUS_BINARY, Prometheus, Sample};
+use crate::workload::Workload;
+use crate::{LabError, User};
+
+/// Name of the hub cluster, where the CRDs, Regions and rollouts live.
+pub const HUB: &str = "hub";
+/// Namespace in the hub holding the regions' kubeconfig Secrets.
+pub const SYSTEM_NAMESPACE: &str = "configrollout-system";
+/// Label on each `Region` naming it (for stage selectors).
+pub const REGION_LABEL: &str = "configrollout.dev/region";
+/// Label on each `Region` giving its tier: the first region is `canary`, the others
+/// `production`.
+pub const TIER_LABEL: &str = "configrollout.dev/tier";
+/// Key of the kubeconfig in each region's Secret.
+pub const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
+/// API group and version of the configrollout resources.
+pub const API_VERSION: &str = "configrollout.dev/v1alpha1";
+
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to start a lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// Number of regions besides the hub.
+    pub regions: usize,
+    /// Directory for all lab state; a fresh temporary directory when `None`.
+    pub root_dir: Option<PathBuf>,
+    /// Keep the directory (logs, etcd data) after the lab stops.
+    pub keep_dir: bool,
+    /// CRD manifests to install into the hub (every YAML file there).
+    pub crds_dir: PathBuf,
+    /// The Prometheus server binary.
+    pub prometheus_binary: PathBuf,
+    /// Extra kube-apiserver flags for every control plane (they come last and so win
+    /// over the lab's own).
+    pub apiserver_args: Vec<String>,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            regions: 3,
+            root_dir: None,
+            keep_dir: false,
+            crds_dir: repository_root().join("crds"),
+            prometheus_binary: PathBuf::from(DEFAULT_PROMETHEUS_BINARY),
+            apiserver_args: Vec::new(),
+        }
+    }
+}
+
+/// The repository this crate was built from.
+pub fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn lab_manifests(cluster_kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests")
+        .join(cluster_kind)
+}
+
+/// Name of the `i`-th region (0-based): `region-1`, `region-2`, ...
+pub fn region_name(index: usize) -> String {
+    format!("region-{}", index + 1)
+}
+
+fn tier(index: usize) -> &'static str {
+    if index == 0 { "canary" } else { "production" }
+}
+
+#[derive(Debug)]
+struct RegionSlot {
+    name: String,
+    tier: &'static str,
+    plane: ControlPlane,
+    workload: Workload,
+}
+
+/// A running lab. Dropping it stops every process it started (gracefully, then by
+/// SIGKILL) and removes its directory unless asked to keep it.
+#[derive(Debug)]
+pub struct Lab {
+    root: PathBuf,
+    keep_dir: bool,
+    programs: GoPrograms,
+    http: reqwest::Client,
+    hub: ControlPlane,
+    regions: Vec<RegionSlot>,
+    prometheus: Option<Prometheus>,
+    crds: Vec<String>,
+    regions_registered: bool,
+}
+
+impl Lab {
+    /// Builds the Go programs if needed, starts the hub and the regions in parallel,
+    /// then Prometheus, installs the CRDs and RBAC, and registers every region in the
+    /// hub. On error, everything already started is stopped again.
+    pub async fn start(options: LabOptions) -> Result<Lab, LabError> {
+        // kube and reqwest build rustls clients; both must use ring, the one provider
+        // compiled in. An earlier install (by the caller) is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let programs = tokio::task::spawn_blocking(gobuild::ensure_built)
+            .await
+            .map_err(|e| LabError::io("build the lab's Go programs", std::io::Error::other(e)))??;
+        let root = match &options.root_dir {
+            Some(dir) => dir.clone(),
+            None => fresh_temp_dir(),
+        };
+        std::fs::create_dir_all(&root)
+            .map_err(|e| LabError::io(format!("create {}", root.display()), e))?;
+        let http = reqwest::Client::builder()
+            .timeout(CALL_TIMEOUT)
+            .build()
+            .map_err(|e| LabError::http("build the HTTP client", e))?;
+
+        // Everything starts at once; the waits below overlap with each other's start.
+        let hub = ControlPlane::spawn(&programs, HUB, &root.join(HUB), &options.apiserver_args)?;
+        let mut lab = Lab {
+            root: root.clone(),
+            keep_dir: options.keep_dir,
+            programs,
+            http,
+            hub,
+            regions: Vec::new(),
+            prometheus: None,
+            crds: Vec::new(),
+            regions_registered: false,
+        };
+        for index in 0..options.regions {
+            let name = region_name(index);
+            let plane = ControlPlane::spawn(
+                &lab.programs,
+                &name,
+                &root.join(&name),
+                &options.apiserver_args,
+            )?;
+            let workload = Workload::spawn(&lab.programs, &name, &root.join("workloads"))?;
+            lab.regions.push(RegionSlot {
+                name,
+                tier: tier(index),
+                plane,
+                workload,
+            });
+        }
+        if let Err(e) = lab.bring_up(&options).await {
+            // The logs explain a failed start better than any message: keep them.
+            lab.keep_dir = true;
+            tracing::error!(dir = %lab.root.display(), error = %e, "the lab did not start; its logs are kept");
+            return Err(e);
+        }
+        Ok(lab)
+    }
+
+    async fn bring_up(&mut self, options: &LabOptions) -> Result<(), LabError> {
+        for slot in &mut self.regions {
+            slot.workload.wait_ready().await?;
+        }
+        let targets = self
+            .regions
+            .iter()
+            .map(|slot| slot.workload.scrape_target())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut prometheus = Prometheus::spawn(
+            &self.programs,
+            &options.prometheus_binary,
+            &self.root.join("prometheus"),
+            &targets,
+        )?;
+        self.hub.wait_ready().await?;
+        for slot in &mut self.regions {
+            slot.plane.wait_ready().await?;
+        }
+        prometheus.wait_ready(&self.http).await?;
+        self.prometheus = Some(prometheus);
+
+        let hub = self.hub.client(User::Admin)?;
+        manifests::apply_path(&hub, &lab_manifests("hub")).await?;
+        let applied = manifests::apply_path(&hub, &options.crds_dir).await?;
+        self.crds = applied
+            .iter()
+            .filter(|o| {
+                o.types
+                    .as_ref()
+                    .is_some_and(|t| t.kind == "CustomResourceDefinition")
+            })
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        self.regions_registered = applied.iter().any(defines_region_kind);
+        if !self.regions_registered {
+            tracing::warn!(
+                crds = %options.crds_dir.display(),
+                "no Region CRD among the installed CRDs: regions get kubeconfig Secrets but no Region objects"
+            );
+        }
+        let names: Vec<String> = self.regions.iter().map(|s| s.name.clone()).collect();
+        for name in &names {
+            let client = self.client(name, User::Admin)?;
+            manifests::apply_path(&client, &lab_manifests("region")).await?;
+            self.register_region(name).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes (or rewrites) a region's kubeconfig Secret and `Region` object in the hub.
+    async fn register_region(&self, name: &str) -> Result<(), LabError> {
+        let slot = self.slot(name)?;
+        let kubeconfig_path = slot.plane.kubeconfig(User::Controller);
+        let kubeconfig = std::fs::read(&kubeconfig_path)
+            .map_err(|e| LabError::io(format!("read {}", kubeconfig_path.display()), e))?;
+        let hub = self.hub.client(User::Admin)?;
+        let secret_name = kubeconfig_secret_name(name);
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(secret_name.clone()),
+                namespace: Some(SYSTEM_NAMESPACE.to_string()),
+                labels: Some([(REGION_LABEL.to_string(), name.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([(KUBECONFIG_SECRET_KEY.to_string(), ByteString(kubeconfig))].into()),
+            ..Secret::default()
+        };
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        Api::<Secret>::namespaced(hub.clone(), SYSTEM_NAMESPACE)
+            .patch(&secret_name, &params, &Patch::Apply(&secret))
+            .await?;
+        if self.regions_registered {
+            let region: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": API_VERSION,
+                "kind": "Region",
+                "metadata": {
+                    "name": name,
+                    "labels": { REGION_LABEL: name, TIER_LABEL: slot.tier },
+                },
+                "spec": {
+                    "kubeconfigSecretRef": {
+                        "namespace": SYSTEM_NAMESPACE,
+                        "name": secret_name,
+                        "key": KUBECONFIG_SECRET_KEY,
+                    },
+                    "prometheus": { "url": self.prometheus_url() },
+                },
+            }))
+            .map_err(|e| LabError::BadResponse {
+                context: "build Region object".into(),
+                detail: e.to_string(),
+            })?;
+            manifests::apply_object(&hub, &region).await?;
+        }
+        Ok(())
+    }
+
+    fn slot(&self, name: &str) -> Result<&RegionSlot, LabError> {
+        self.regions
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| LabError::UnknownCluster(name.to_string()))
+    }
+
+    fn slot_mut(&mut self, name: &str) -> Result<&mut RegionSlot, LabError> {
+        self.regions
+            .iter_mut()
+            .find(|s| s.name == name)
+            .ok_or_else(|| LabError::UnknownCluster(name.to_string()))
+    }
+
+    fn plane(&self, cluster: &str) -> Result<&ControlPlane, LabError> {
+        if cluster == HUB {
+            Ok(&self.hub)
+        } else {
+            Ok(&self.slot(cluster)?.plane)
+        }
+    }
+
+    /// The lab's directory: one subdirectory per cluster (data, logs, kubeconfigs),
+    /// `workloads/` and `prometheus/`.
+    pub fn root_dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// Region names, in order (`region-1` first).
+    pub fn regions(&self) -> Vec<String> {
+        self.regions.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The hub followed by every region.
+    pub fn clusters(&self) -> Vec<String> {
+        std::iter::once(HUB.to_string())
+            .chain(self.regions())
+            .collect()
+    }
+
+    /// The tier label value of a region (`canary` or `production`).
+    pub fn tier(&self, region: &str) -> Result<&'static str, LabError> {
+        Ok(self.slot(region)?.tier)
+    }
+
+    /// Names of the CRDs installed into the hub (all established).
+    pub fn installed_crds(&self) -> &[String] {
+        &self.crds
+    }
+
+    /// Whether `Region` objects were created (the Region CRD was among `crds/`).
+    pub fn regions_registered(&self) -> bool {
+        self.regions_registered
+    }
+
+    /// A client for `user` on `cluster` (`HUB` or a region name).
+    pub fn client(&self, cluster: &str, user: User) -> Result<kube::Client, LabError> {
+        self.plane(cluster)?.client(user)
+    }
+
+    /// The kubeconfig file of `user` on `cluster`.
+    pub fn kubeconfig(&self, cluster: &str, user: User) -> Result<PathBuf, LabError> {
+        Ok(self.plane(cluster)?.kubeconfig(user))
+    }
+
+    /// What the cluster's control plane announced when it became ready.
+    pub fn cluster_info(&self, cluster: &str) -> Result<&ReadyInfo, LabError> {
+        self.plane(cluster)?.ready()
+    }
+
+    /// The `controlplane.log` of a cluster.
+    pub fn cluster_log(&self, cluster: &str) -> Result<PathBuf, LabError> {
+        Ok(self.plane(cluster)?.log())
+    }
+
+    /// Name of the Secret in [`SYSTEM_NAMESPACE`] holding a region's kubeconfig.
+    pub fn kubeconfig_secret(&self, region: &str) -> Result<String, LabError> {
+        self.slot(region)?;
+        Ok(kubeconfig_secret_name(region))
+    }
+
+    /// Stops a region's control plane (apiserver, then etcd), keeping its data. Its
+    /// workload keeps running. Blocks until the process has exited.
+    pub fn stop_region(&mut self, name: &str) -> Result<(), LabError> {
+        self.slot_mut(name)?.plane.stop();
+        Ok(())
+    }
+
+    /// Starts a stopped region again on the same data directory (and the same port when
+    /// it is still free; otherwise its Secret in the hub is rewritten).
+    pub async fn start_region(&mut self, name: &str) -> Result<(), LabError> {
+        let programs = self.programs.clone();
+        let slot = self.slot_mut(name)?;
+        let previous_url = slot.plane.ready().ok().map(|r| r.url.clone());
+        let url = slot.plane.restart(&programs).await?.url.clone();
+        if previous_url.as_deref() != Some(url.as_str()) {
+            self.register_region(name).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether a region's control plane is running.
+    pub fn region_running(&self, name: &str) -> Result<bool, LabError> {
+        Ok(self.slot(name)?.plane.is_running())
+    }
+
+    /// Sets the share (0..=1) of a region's workload requests that fail.
+    pub async fn set_error_rate(&self, region: &str, ratio: f64) -> Result<(), LabError> {
+        self.slot(region)?
+            .workload
+            .set_error_rate(&self.http, ratio)
+            .await
+    }
+
+    /// The base URL of a region's workload (`/metrics`, `/error-rate`).
+    pub fn workload_url(&self, region: &str) -> Result<String, LabError> {
+        Ok(self.slot(region)?.workload.url()?.to_string())
+    }
+
+    /// The Prometheus server's base URL.
+    pub fn prometheus_url(&self) -> String {
+        self.prometheus
+            .as_ref()
+            .map(Prometheus::url)
+            .unwrap_or_default()
+    }
+
+    /// Runs an instant PromQL query against the lab's Prometheus.
+    pub async fn query_prometheus(&self, query: &str) -> Result<Vec<Sample>, LabError> {
+        prometheus::instant_query(&self.http, &self.prometheus_url(), query).await
+    }
+
+    /// Stops Prometheus (to test gates without data), keeping its data and port.
+    pub fn stop_prometheus(&mut self) {
+        if let Some(p) = self.prometheus.as_mut() {
+            p.stop();
+        }
+    }
+
+    /// Starts Prometheus again after [`Lab::stop_prometheus`].
+    pub async fn start_prometheus(&mut self) -> Result<(), LabError> {
+        match self.prometheus.as_mut() {
+            Some(p) => p.restart(&self.programs, &self.http).await,
+            None => Err(LabError::ClusterStopped("prometheus".into())),
+        }
+    }
+
+    /// Applies the manifests at `path` (a YAML file or a directory of them) to `cluster`
+    /// as `user`, with server-side apply.
+    pub async fn apply(
+        &self,
+        cluster: &str,
+        user: User,
+        path: &Path,
+    ) -> Result<Vec<DynamicObject>, LabError> {
+        manifests::apply_path(&self.client(cluster, user)?, path).await
+    }
+
+    /// Starts `program` beside the lab (wrapped so that it dies with the lab), its output
+    /// in `<lab>/<what>.log`.
+    pub fn spawn(
+        &self,
+        what: &str,
+        program: &Path,
+        args: &[std::ffi::OsString],
+        envs: &[(String, std::ffi::OsString)],
+    ) -> Result<crate::LabChild, LabError> {
+        let log = self.root.join(format!("{what}.log"));
+        crate::LabChild::spawn(&self.programs, what, program, args, envs, &log)
+    }
+
+    /// Pids of every process the lab runs now.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.hub.pid().into_iter().collect();
+        for slot in &self.regions {
+            pids.extend(slot.plane.pid());
+            pids.push(slot.workload.pid());
+        }
+        pids.extend(self.prometheus.as_ref().and_then(Prometheus::pid));
+        pids
+    }
+
+    /// A person's guide to the running lab: kubeconfigs, export lines, Prometheus.
+    pub fn describe(&self) -> String {
+        let mut out = format!("configrollout lab in {}\n\n", self.root.display());
+        for cluster in self.clusters() {
+            let url = self
+                .cluster_info(&cluster)
+                .map(|r| r.url.clone())
+                .unwrap_or_else(|_| "(stopped)".into());
+            out.push_str(&format!("{cluster}: {url}\n"));
+            for user in User::ALL {
+                if let Ok(path) = self.kubeconfig(&cluster, user) {
+                    out.push_str(&format!("  {:<26} {}\n", user.name(), path.display()));
+                }
+            }
+        }
+        out.push_str("\nworkloads (POST /error-rate?value=0.2 to change the error ratio):\n");
+        for slot in &self.regions {
+            out.push_str(&format!(
+                "  {:<10} {}\n",
+                slot.name,
+                slot.workload.url().unwrap_or("(not ready)")
+            ));
+        }
+        out.push_str(&format!("\nPrometheus: {}\n\n", self.prometheus_url()));
+        if let Ok(path) = self.kubeconfig(HUB, User::Admin) {
+            out.push_str(&format!("export KUBECONFIG={}\n", path.display()));
+        }
+        for slot in &self.regions {
+            let var = slot.name.to_uppercase().replace('-', "_");
+            out.push_str(&format!(
+                "export KUBECONFIG_{var}={}\n",
+                slot.plane.kubeconfig(User::Admin).display()
+            ));
+        }
+        out.push_str(&format!(
+            "export PROMETHEUS_URL={}\n",
+            self.prometheus_url()
+        ));
+        out
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // Ask everyone first so they stop in parallel, then reap each.
+        self.hub.request_stop();
+        for slot in &mut self.regions {
+            slot.plane.request_stop();
+            slot.workload.request_stop();
+        }
+        if let Some(p) = self.prometheus.as_mut() {
+            p.request_stop();
+        }
+        self.hub.stop();
+        for slot in &mut self.regions {
+            slot.plane.stop();
+        }
+        if let Some(p) = self.prometheus.as_mut() {
+            p.stop();
+        }
+        // Workloads were asked above; dropping their slots reaps them.
+        self.regions.clear();
+        if std::thread::panicking() {
+            // A failing test: its clusters' logs are the evidence.
+            eprintln!(
+                "lab stopped during a panic; logs kept in {}",
+                self.root.display()
+            );
+            return;
+        }
+        if !self.keep_dir
+            && let Err(e) = std::fs::remove_dir_all(&self.root)
+        {
+            tracing::warn!(dir = %self.root.display(), error = %e, "could not remove the lab directory");
+        }
+    }
+}
+
+fn kubeconfig_secret_name(region: &str) -> String {
+    format!("{region}-kubeconfig")
+}
+
+fn defines_region_kind(object: &DynamicObject) -> bool {
+    object
+        .types
+        .as_ref()
+        .is_some_and(|t| t.kind == "CustomResourceDefinition")
+        && object.data.pointer("/spec/group").and_then(|g| g.as_str()) == Some("configrollout.dev")
+        && object
+            .data
+            .pointer("/spec/names/kind")
+            .and_then(|k| k.as_str())
+            == Some("Region")
+}
+
+fn fresh_temp_dir() -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    std::env::temp_dir().join(format!(
+        "configrollout-lab-{}-{nanos:09}",
+        std::process::id()
+    ))
+}

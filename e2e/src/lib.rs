@@ -1,0 +1,30 @@
+//! The configrollout lab: real Kubernetes control planes for integration and end-to-end
+//! tests, never a mocked API server.
+//!
+//! [`Lab::start`] builds (once, cached) the Go programs in `e2e/controlplane` and starts
+//! a hub and N regions, each an upstream `kube-apiserver` on an embedded etcd on
+//! loopback, with static-token users ([`User`]) and RBAC. Each region has a workload
+//! whose request and error counters Debian's Prometheus scrapes every second; tests turn
+//! its error ratio up and down with [`Lab::set_error_rate`]. The hub gets `crds/`, a
+//! kubeconfig Secret and a `Region` object per region. Regions can be stopped and
+//! started again with their data. Dropping the lab stops every process it started.
+
+mod child;
+mod controlplane;
+mod error;
+pub mod gobuild;
+mod lab;
+pub mod manifests;
+mod process;
+pub mod prometheus;
+mod workload;
+
+pub use child::LabChild;
+pub use controlplane::{ReadyInfo, User};
+pub use error::LabError;
+pub use lab::{
+    API_VERSION, HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, REGION_LABEL, SYSTEM_NAMESPACE,
+    TIER_LABEL, region_name, repository_root,
+};
+pub use process::{process_alive, processes_mentioning};
+pub use prometheus::Sample;

@@ -1,0 +1,281 @@
+//! Debian's Prometheus server scraping the lab's workloads every second, and a small
+//! instant-query client for tests.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::LabError;
+use crate::gobuild::{EXEC, GoPrograms};
+use crate::process::{LabProcess, STOP_GRACE, log_tail};
+
+/// Where Debian's package installs the server.
+pub const DEFAULT_PROMETHEUS_BINARY: &str = "/usr/bin/prometheus";
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One series of an instant query result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The series labels.
+    pub labels: BTreeMap<String, String>,
+    /// The value (may be NaN, for example 0/0).
+    pub value: f64,
+}
+
+/// The Prometheus server of the lab.
+#[derive(Debug)]
+pub(crate) struct Prometheus {
+    binary: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    process: Option<LabProcess>,
+}
+
+impl Prometheus {
+    /// Writes the scrape configuration for `targets` (`host:port` of each workload) and
+    /// starts the server on a free loopback port.
+    pub(crate) fn spawn(
+        programs: &GoPrograms,
+        binary: &Path,
+        dir: &Path,
+        targets: &[&str],
+    ) -> Result<Self, LabError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
+        std::fs::write(dir.join("prometheus.yml"), scrape_config(targets))
+            .map_err(|e| LabError::io("write prometheus.yml", e))?;
+        let port = free_port()?;
+        let mut prometheus = Self {
+            binary: binary.to_path_buf(),
+            dir: dir.to_path_buf(),
+            port,
+            process: None,
+        };
+        prometheus.start_process(programs)?;
+        Ok(prometheus)
+    }
+
+    fn start_process(&mut self, programs: &GoPrograms) -> Result<(), LabError> {
+        let mut command = Command::new(programs.path(EXEC));
+        command
+            .arg("--")
+            .arg(&self.binary)
+            .arg(format!(
+                "--config.file={}",
+                self.dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .arg("--storage.tsdb.retention.time=1d")
+            .arg("--web.enable-lifecycle")
+            .arg("--log.level=warn");
+        self.process = Some(LabProcess::spawn(
+            "prometheus",
+            command,
+            &self.dir.join("prometheus.log"),
+        )?);
+        Ok(())
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(LabProcess::pid)
+    }
+
+    /// Waits until `/-/ready` answers.
+    pub(crate) async fn wait_ready(&mut self, http: &reqwest::Client) -> Result<(), LabError> {
+        let started = Instant::now();
+        loop {
+            let process = self
+                .process
+                .as_mut()
+                .ok_or_else(|| LabError::ClusterStopped("prometheus".into()))?;
+            process.check_running()?;
+            let last = match http
+                .get(format!("{}/-/ready", self.url()))
+                .timeout(CALL_TIMEOUT)
+                .send()
+                .await
+            {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) => response.status().to_string(),
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() > READY_DEADLINE {
+                return Err(LabError::NotReady {
+                    what: "prometheus".into(),
+                    seconds: READY_DEADLINE.as_secs(),
+                    detail: format!("{last}\n{}", log_tail(&self.dir.join("prometheus.log"), 20)),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub(crate) fn request_stop(&mut self) {
+        if let Some(process) = self.process.as_mut() {
+            process.request_stop();
+        }
+    }
+
+    /// Stops the server, keeping its data and port for [`Prometheus::restart`].
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop(STOP_GRACE);
+        }
+    }
+
+    pub(crate) async fn restart(
+        &mut self,
+        programs: &GoPrograms,
+        http: &reqwest::Client,
+    ) -> Result<(), LabError> {
+        if self.process.is_none() {
+            self.start_process(programs)?;
+        }
+        self.wait_ready(http).await
+    }
+}
+
+fn scrape_config(targets: &[&str]) -> String {
+    let targets = targets
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "# Written by the configrollout lab.\n\
+         global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: configrollout-lab-workload\n    static_configs:\n      - targets: [{targets}]\n"
+    )
+}
+
+fn free_port() -> Result<u16, LabError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| LabError::io("find a free port", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| LabError::io("find a free port", e))?
+        .port();
+    Ok(port)
+}
+
+#[derive(Debug, Deserialize)]
+struct QueryResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<QueryData>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueryData {
+    result_type: String,
+    result: Vec<VectorSample>,
+}
+
+#[derive(Debug, Deserialize)]
+struct VectorSample {
+    metric: BTreeMap<String, String>,
+    value: (f64, String),
+}
+
+/// Runs an instant PromQL query whose result is a vector.
+pub async fn instant_query(
+    http: &reqwest::Client,
+    base_url: &str,
+    query: &str,
+) -> Result<Vec<Sample>, LabError> {
+    let context = "prometheus query".to_string();
+    let url =
+        reqwest::Url::parse_with_params(&format!("{base_url}/api/v1/query"), [("query", query)])
+            .map_err(|e| LabError::BadResponse {
+                context: context.clone(),
+                detail: format!("URL {base_url}: {e}"),
+            })?;
+    let response = http
+        .get(url)
+        .timeout(CALL_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| LabError::http(&context, e))?;
+    let body: QueryResponse = response
+        .json()
+        .await
+        .map_err(|e| LabError::http(&context, e))?;
+    if body.status != "success" {
+        return Err(LabError::BadResponse {
+            context,
+            detail: body.error.unwrap_or(body.status),
+        });
+    }
+    let data = body.data.ok_or_else(|| LabError::BadResponse {
+        context: context.clone(),
+        detail: "no data".into(),
+    })?;
+    if data.result_type != "vector" {
+        return Err(LabError::BadResponse {
+            context,
+            detail: format!("expected a vector, got {}", data.result_type),
+        });
+    }
+    data.result
+        .into_iter()
+        .map(|s| {
+            let value = parse_value(&s.value.1).ok_or_else(|| LabError::BadResponse {
+                context: context.clone(),
+                detail: format!("value {:?}", s.value.1),
+            })?;
+            Ok(Sample {
+                labels: s.metric,
+                value,
+            })
+        })
+        .collect()
+}
+
+fn parse_value(raw: &str) -> Option<f64> {
+    match raw {
+        "NaN" => Some(f64::NAN),
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        other => other.parse().ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrape_config_scrapes_every_workload_each_second() {
+        let config: serde_yaml::Value =
+            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1", "127.0.0.1:2"]))
+                .expect("valid YAML");
+        assert_eq!(config["global"]["scrape_interval"], "1s");
+        let targets = &config["scrape_configs"][0]["static_configs"][0]["targets"];
+        assert_eq!(targets[0], "127.0.0.1:1");
+        assert_eq!(targets[1], "127.0.0.1:2");
+    }
+
+    #[test]
+    fn special_sample_values_parse() {
+        assert!(parse_value("NaN").is_some_and(f64::is_nan));
+        assert_eq!(parse_value("+Inf"), Some(f64::INFINITY));
+        assert_eq!(parse_value("0.25"), Some(0.25));
+        assert_eq!(parse_value("x"), None);
+    }
+}

@@ -1,0 +1,653 @@
+//! The controller on real clusters: a hub and three regions of the lab, the controller
+//! process started as its own user, rollouts driven only through the hub's API, and
+//! every claim checked in the regions themselves. One lab for the whole binary; the
+//! scenarios run in order, each on its own rollout and target.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+const TEAM: &str = "team";
+const APP: &str = "app";
+/// Bound on each single API call of the test.
+const CALL: Duration = Duration::from_secs(20);
+/// Bound on waiting for the controller to get somewhere.
+const PROGRESS: Duration = Duration::from_secs(120);
+/// Lease duration of the controllers under test: short, so a take-over is quick.
+const LEASE: &str = "6s";
+
+async fn within<T, E: std::fmt::Debug>(what: &str, call: impl Future<Output = Result<T, E>>) -> T {
+    match tokio::time::timeout(CALL, call).await {
+        Ok(Ok(value)) => value,
+        Ok(Err(e)) => panic!("{what}: {e:?}"),
+        Err(_) => panic!("{what}: no answer within {CALL:?}"),
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `deadline` with `what`.
+async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+struct World {
+    lab: Lab,
+    hub: Client,
+}
+
+impl World {
+    fn region(&self, name: &str) -> Client {
+        self.lab.client(name, User::Admin).expect("region client")
+    }
+
+    fn rollouts(&self) -> Api<ConfigRollout> {
+        Api::namespaced(self.hub.clone(), TEAM)
+    }
+
+    fn start_controller(&self, identity: &str) -> LabChild {
+        let kubeconfig = self
+            .lab
+            .kubeconfig(HUB, User::Controller)
+            .expect("controller kubeconfig");
+        let args: Vec<OsString> = [
+            "--namespace",
+            SYSTEM_NAMESPACE,
+            "--identity",
+            identity,
+            "--lease-duration",
+            LEASE,
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ]
+        .iter()
+        .map(OsString::from)
+        .chain([
+            OsString::from("--prometheus-url"),
+            OsString::from(self.lab.prometheus_url()),
+        ])
+        .collect();
+        let envs = vec![
+            ("KUBECONFIG".to_owned(), kubeconfig.into_os_string()),
+            ("RUST_LOG".to_owned(), OsString::from("info")),
+        ];
+        self.lab
+            .spawn(
+                identity,
+                std::path::Path::new(env!("CARGO_BIN_EXE_lab-controller")),
+                &args,
+                &envs,
+            )
+            .expect("start controller")
+    }
+
+    async fn create_rollout(&self, yaml: &str) -> ConfigRollout {
+        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        within(
+            "create rollout",
+            self.rollouts().create(&PostParams::default(), &rollout),
+        )
+        .await
+    }
+
+    async fn rollout(&self, name: &str) -> ConfigRollout {
+        within("read rollout", self.rollouts().get(name)).await
+    }
+
+    async fn wait_condition(&self, name: &str, type_: &str, deadline: Duration) -> ConfigRollout {
+        eventually(&format!("{name}: condition {type_}"), deadline, || async {
+            let rollout = self.rollout(name).await;
+            condition_true(&rollout, type_).then_some(rollout)
+        })
+        .await
+    }
+
+    async fn wait_phase(&self, name: &str, phase: &str, deadline: Duration) -> ConfigRollout {
+        eventually(&format!("{name}: phase {phase}"), deadline, || async {
+            let rollout = self.rollout(name).await;
+            (phase_of(&rollout).as_deref() == Some(phase)).then_some(rollout)
+        })
+        .await
+    }
+
+    async fn target_data(&self, region: &str, name: &str) -> Option<BTreeMap<String, String>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.region(region), APP);
+        within("read target", api.get_opt(name))
+            .await
+            .map(|cm| cm.data.unwrap_or_default())
+    }
+
+    async fn approve(&self, user: User, rollout: &str, stage: &str, revision: &str) {
+        let approver = user.name().to_owned();
+        let client = self.lab.client(HUB, user).expect("approver client");
+        let api: Api<StageApproval> = Api::namespaced(client, TEAM);
+        let approval = StageApproval {
+            metadata: ObjectMeta {
+                name: Some(format!("{rollout}-{stage}-{revision}")),
+                ..ObjectMeta::default()
+            },
+            spec: StageApprovalSpec {
+                rollout: rollout.to_owned(),
+                stage: stage.to_owned(),
+                revision: revision.to_owned(),
+                approver,
+                reason: Some("checked the canary dashboards".to_owned()),
+            },
+        };
+        within(
+            "create approval",
+            api.create(&PostParams::default(), &approval),
+        )
+        .await;
+    }
+}
+
+fn condition_true(rollout: &ConfigRollout, type_: &str) -> bool {
+    rollout.status.as_ref().is_some_and(|status| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    })
+}
+
+fn phase_of(rollout: &ConfigRollout) -> Option<String> {
+    let status = rollout.status.as_ref()?;
+    let phase = serde_json::to_value(status.phase.as_ref()?).ok()?;
+    phase.as_str().map(str::to_owned)
+}
+
+fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn region_status<'a>(
+    rollout: &'a ConfigRollout,
+    region: &str,
+) -> Option<&'a configrollout::api::RegionRolloutStatus> {
+    rollout
+        .status
+        .as_ref()?
+        .regions
+        .iter()
+        .find(|r| r.name == region)
+}
+
+/// Counts the writes to one ConfigMap in one region, from a watch started before them.
+struct WriteCounter {
+    task: tokio::task::JoinHandle<()>,
+    versions: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl WriteCounter {
+    fn start(client: Client, name: &str) -> Self {
+        let api: Api<ConfigMap> = Api::namespaced(client, APP);
+        let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = versions.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let task = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::Apply(cm)) = event {
+                    let version = cm.resource_version().unwrap_or_default();
+                    let mut seen = seen.lock().unwrap();
+                    if !seen.contains(&version) {
+                        seen.push(version);
+                    }
+                }
+            }
+        });
+        Self { task, versions }
+    }
+
+    fn writes(&self) -> usize {
+        self.versions.lock().unwrap().len()
+    }
+}
+
+impl Drop for WriteCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn two_stage_rollout(name: &str, target: &str, pairs: &[(&str, &str)]) -> String {
+    let data: String = pairs
+        .iter()
+        .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+        .collect();
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {target}}}
+  data:
+{data}  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+      approval: Required
+"#
+    )
+}
+
+async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
+    let desired = [("rate-limit", "100"), ("feature-x", "on")];
+    let counters: Vec<WriteCounter> = ["region-1", "region-2", "region-3"]
+        .iter()
+        .map(|region| WriteCounter::start(world.region(region), "limits"))
+        .collect();
+    world
+        .create_rollout(&two_stage_rollout("limits", "limits", &desired))
+        .await;
+
+    let waiting = world
+        .wait_phase("limits", "AwaitingApproval", PROGRESS)
+        .await;
+    assert_eq!(
+        world.target_data("region-1", "limits").await,
+        Some(data(&desired)),
+        "the canary region holds exactly the declared data"
+    );
+    for region in ["region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, "limits").await,
+            None,
+            "{region} must receive nothing before the approval"
+        );
+    }
+    let canary = region_status(&waiting, "region-1").expect("canary region in status");
+    let mark = canary.materialized.as_ref().expect("canary materialized");
+    assert_eq!(mark.revision, "r1");
+    assert!(
+        mark.digest.as_deref().is_some_and(|d| d.len() == 64),
+        "digest recorded: {mark:?}"
+    );
+    assert!(condition_true(&waiting, "AwaitingApproval"));
+
+    world
+        .approve(User::ApproverAlice, "limits", "prod", "r1")
+        .await;
+    let done = world.wait_condition("limits", "Complete", PROGRESS).await;
+    for region in ["region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, "limits").await,
+            Some(data(&desired)),
+            "{region} holds the data after approval"
+        );
+    }
+    let status = done.status.as_ref().expect("status");
+    let prod = status
+        .stages
+        .iter()
+        .find(|s| s.name == "prod")
+        .expect("prod stage");
+    let record = prod.approval.as_ref().expect("approval recorded");
+    assert_eq!(record.approver, "approver-alice");
+    for region in ["region-1", "region-2", "region-3"] {
+        let mark = region_status(&done, region)
+            .and_then(|r| r.materialized.as_ref())
+            .unwrap_or_else(|| panic!("{region} materialized in status"));
+        assert_eq!(mark.revision, "r1");
+    }
+    // One revision, one write of the target per region.
+    for (region, counter) in ["region-1", "region-2", "region-3"].iter().zip(&counters) {
+        assert_eq!(counter.writes(), 1, "{region}: target written once");
+    }
+}
+
+async fn a_new_revision_mid_rollout_supersedes_the_old(world: &World) {
+    world
+        .create_rollout(&two_stage_rollout("flags", "flags", &[("mode", "a")]))
+        .await;
+    world
+        .wait_phase("flags", "AwaitingApproval", PROGRESS)
+        .await;
+    let patch = serde_json::json!({"spec": {"data": {"mode": "b"}}});
+    within(
+        "change data",
+        world
+            .rollouts()
+            .patch("flags", &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    let waiting = eventually("flags: r2 awaits approval", PROGRESS, || async {
+        let rollout = world.rollout("flags").await;
+        let status = rollout.status.as_ref()?;
+        (status.revision.as_deref() == Some("r2")
+            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    let history: Vec<&str> = waiting
+        .status
+        .as_ref()
+        .map(|s| s.history.iter().map(|r| r.name.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(history, vec!["r1", "r2"], "history keeps both revisions");
+    assert_eq!(
+        world.target_data("region-1", "flags").await,
+        Some(data(&[("mode", "b")]))
+    );
+    assert_eq!(world.target_data("region-2", "flags").await, None);
+    // An approval of the superseded revision does not open the stage.
+    world
+        .approve(User::ApproverBob, "flags", "prod", "r1")
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(world.target_data("region-2", "flags").await, None);
+    world
+        .approve(User::ApproverBob, "flags", "prod", "r2")
+        .await;
+    world.wait_condition("flags", "Complete", PROGRESS).await;
+    assert_eq!(
+        world.target_data("region-3", "flags").await,
+        Some(data(&[("mode", "b")]))
+    );
+}
+
+async fn two_rollouts_on_one_target_converge(world: &World) {
+    let a = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: shared-a, namespace: team}
+spec:
+  target: {namespace: app, name: shared}
+  data: {a1: "1", a2: "2"}
+  stages:
+    - {name: first, regions: {names: [region-1]}}
+    - {name: rest, regions: {names: [region-2, region-3]}, maxParallel: 2}
+"#;
+    let b = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: shared-b, namespace: team}
+spec:
+  target: {namespace: app, name: shared}
+  data: {b1: "x"}
+  stages:
+    - {name: first, regions: {names: [region-3]}}
+    - {name: rest, regions: {names: [region-2, region-1]}, maxParallel: 1}
+"#;
+    world.create_rollout(a).await;
+    world.create_rollout(b).await;
+    world.wait_condition("shared-a", "Complete", PROGRESS).await;
+    world.wait_condition("shared-b", "Complete", PROGRESS).await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, "shared").await,
+            Some(data(&[("a1", "1"), ("a2", "2"), ("b1", "x")])),
+            "{region} holds both rollouts' keys"
+        );
+    }
+}
+
+async fn a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(world: &World) {
+    let bad = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: bad-gate, namespace: team}
+spec:
+  target: {namespace: app, name: bad-gate}
+  data: {k: "v"}
+  gates:
+    - {name: errors, query: "rate(errors[1m])", condition: "result <<< 0.01"}
+  stages:
+    - {name: canary, regions: {names: [region-1]}, gates: [errors]}
+"#;
+    world.create_rollout(bad).await;
+    let rollout = world
+        .wait_condition("bad-gate", "InvalidSpec", PROGRESS)
+        .await;
+    let message = rollout
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "InvalidSpec"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.gates[0].condition"),
+        "names the field: {message}"
+    );
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(world.target_data(region, "bad-gate").await, None);
+    }
+}
+
+async fn a_spec_the_schema_refuses_never_exists(world: &World) {
+    let refused = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: refused, namespace: team}
+spec:
+  target: {namespace: app, name: refused}
+  data: {k: "v"}
+  stages:
+    - {name: canary, regions: {names: [region-1]}, maxParallel: 0}
+"#;
+    let rollout: ConfigRollout = serde_yaml::from_str(refused).expect("YAML");
+    let error = tokio::time::timeout(
+        CALL,
+        world.rollouts().create(&PostParams::default(), &rollout),
+    )
+    .await
+    .expect("answer")
+    .expect_err("the apiserver refuses maxParallel 0");
+    assert!(error.to_string().contains("maxParallel"), "{error}");
+    assert!(
+        within("read refused", world.rollouts().get_opt("refused"))
+            .await
+            .is_none()
+    );
+}
+
+async fn a_restarted_controller_continues_where_it_was(
+    world: &World,
+    controller: LabChild,
+) -> LabChild {
+    let counters: Vec<WriteCounter> = ["region-1", "region-2", "region-3"]
+        .iter()
+        .map(|region| WriteCounter::start(world.region(region), "restart"))
+        .collect();
+    world
+        .create_rollout(&two_stage_rollout(
+            "restart",
+            "restart",
+            &[("timeout", "5s")],
+        ))
+        .await;
+    world
+        .wait_phase("restart", "AwaitingApproval", PROGRESS)
+        .await;
+    controller.kill();
+    let restarted = world.start_controller("controller-a2");
+    world
+        .approve(User::ApproverAlice, "restart", "prod", "r1")
+        .await;
+    let done = world.wait_condition("restart", "Complete", PROGRESS).await;
+    let stages: Vec<String> = done
+        .status
+        .as_ref()
+        .map(|s| {
+            s.stages
+                .iter()
+                .filter(|stage| stage.passed_at.is_some())
+                .map(|stage| stage.name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(stages, vec!["canary", "prod"], "no stage skipped");
+    for (region, counter) in ["region-1", "region-2", "region-3"].iter().zip(&counters) {
+        assert_eq!(
+            counter.writes(),
+            1,
+            "{region}: the revision reached the target exactly once"
+        );
+    }
+    restarted
+}
+
+async fn lease_holder(world: &World) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
+    within("read lease", api.get_opt("configrollout-controller"))
+        .await?
+        .spec?
+        .holder_identity
+}
+
+async fn only_the_lease_holder_writes_and_a_standby_takes_over(world: &World, leader: LabChild) {
+    let holder = eventually("a leader", PROGRESS, || async { lease_holder(world).await }).await;
+    assert_eq!(holder, "controller-a2");
+    let mut standby = world.start_controller("controller-b");
+    world
+        .create_rollout(&two_stage_rollout("failover", "failover", &[("pool", "8")]))
+        .await;
+    world
+        .wait_phase("failover", "AwaitingApproval", PROGRESS)
+        .await;
+    assert!(
+        !standby.log().contains("region merged"),
+        "the standby wrote to a region:\n{}",
+        standby.log_tail(20)
+    );
+    leader.kill();
+    world
+        .approve(User::ApproverBob, "failover", "prod", "r1")
+        .await;
+    world.wait_condition("failover", "Complete", PROGRESS).await;
+    assert_eq!(lease_holder(world).await.as_deref(), Some("controller-b"));
+    assert!(standby.is_running());
+    assert!(
+        standby.log().contains("region merged"),
+        "the new leader finished the rollout"
+    );
+    standby.stop();
+}
+
+async fn an_unreachable_region_halts_at_the_deadline_or_completes_when_back(world: &mut World) {
+    let rollout = |name: &str, deadline: &str| {
+        format!(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {{name: {name}, namespace: team}}
+spec:
+  target: {{namespace: app, name: {name}}}
+  data: {{k: "v"}}
+  stages:
+    - {{name: only, regions: {{names: [region-1, region-3]}}, maxParallel: 2, progressDeadline: {deadline}}}
+"#
+        )
+    };
+    world.lab.stop_region("region-3").expect("stop region-3");
+    world
+        .create_rollout(&rollout("partition-halt", "20s"))
+        .await;
+    let halted = world.wait_phase("partition-halt", "Halted", PROGRESS).await;
+    let region3 = region_status(&halted, "region-3").expect("region-3 in status");
+    assert!(region3.materialized.is_none());
+    assert!(
+        region3.last_error.is_some() || region3.reachable == Some(false),
+        "region-3 reported unreachable: {region3:?}"
+    );
+    assert_eq!(
+        world.target_data("region-1", "partition-halt").await,
+        Some(data(&[("k", "v")])),
+        "the reachable region keeps what it received"
+    );
+
+    world
+        .create_rollout(&rollout("partition-heal", "180s"))
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    world
+        .lab
+        .start_region("region-3")
+        .await
+        .expect("start region-3");
+    world
+        .wait_condition("partition-heal", "Complete", PROGRESS)
+        .await;
+    assert_eq!(
+        world.target_data("region-3", "partition-heal").await,
+        Some(data(&[("k", "v")]))
+    );
+    assert_eq!(
+        world.target_data("region-3", "limits").await,
+        Some(data(&[("rate-limit", "100"), ("feature-x", "on")])),
+        "nothing lost in region-3 across the outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_on_the_lab() {
+    let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
+    let hub = lab.client(HUB, User::Admin).expect("hub admin");
+    let namespaces: Api<Namespace> = Api::all(hub.clone());
+    let namespace = |name: &str| Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    within(
+        "create team namespace",
+        namespaces.create(&PostParams::default(), &namespace(TEAM)),
+    )
+    .await;
+    for region in lab.regions() {
+        let api: Api<Namespace> = Api::all(lab.client(&region, User::Admin).expect("client"));
+        within(
+            "create app namespace",
+            api.create(&PostParams::default(), &namespace(APP)),
+        )
+        .await;
+    }
+    let mut world = World { lab, hub };
+    let controller = world.start_controller("controller-a");
+
+    a_staged_rollout_waits_for_approval_then_completes(&world).await;
+    a_new_revision_mid_rollout_supersedes_the_old(&world).await;
+    two_rollouts_on_one_target_converge(&world).await;
+    a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
+    a_spec_the_schema_refuses_never_exists(&world).await;
+    let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
+    only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
+    let controller = world.start_controller("controller-c");
+    an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world).await;
+    controller.stop();
+}
