@@ -620,6 +620,34 @@ fn an_invalid_spec_is_reported_and_touches_no_region() {
 }
 
 #[test]
+fn fixing_an_invalid_spec_resumes_with_a_fresh_deadline() {
+    let mut value = three_stages();
+    value["stages"][0]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value.clone()), &ALL);
+    world.region("c1").stuck = true;
+    world.tick();
+    let mut broken = value.clone();
+    broken["gates"] = json!([{"name": "g", "query": "up", "condition": "result <"}]);
+    world.spec = spec(broken);
+    world.run(10, 30);
+    assert!(world.condition_true(conditions::INVALID_SPEC));
+    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    world.spec = spec(value);
+    world.region("c1").stuck = false;
+    world.region("c1").reachable = false;
+    world.tick();
+    assert!(!world.condition_true(conditions::INVALID_SPEC));
+    assert_eq!(
+        world.status.phase,
+        Some(RolloutPhase::Progressing),
+        "not failed at once"
+    );
+    world.region("c1").reachable = true;
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+}
+
+#[test]
 fn conditions_carry_observed_generation_and_keep_transition_time_until_they_flip() {
     let mut value = three_stages();
     value["stages"][1]["approval"] = json!("Required");

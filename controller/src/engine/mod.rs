@@ -118,6 +118,13 @@ impl<'a> Step<'a> {
             conditions::invalid_spec(self, &errors);
             return;
         }
+        let was_invalid = self.status.conditions.iter().any(|condition| {
+            condition.type_ == crate::api::conditions::INVALID_SPEC && condition.status == "True"
+        });
+        if was_invalid {
+            // Nothing moved while the spec was invalid: deadlines start again.
+            self.resumed_now = true;
+        }
         revisions::ensure_current(self);
         if self.revision().is_none() {
             self.status.phase = Some(RolloutPhase::Pending);
