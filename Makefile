@@ -1,8 +1,8 @@
-# The two commands a newcomer needs are `make demo` (once the lab exists) and `make test`.
+# The two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds crdcheck lab lab-bench
+.PHONY: test deps lint unit crds crdcheck lab lab-bench demo controller-bench
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -35,3 +35,14 @@ lab-bench:
 # code (structural schema, CEL compile and cost, defaulting, CEL refusals), in process.
 crdcheck:
 	cd e2e/crdcheck && GOWORK=off go test -count=1 ./...
+
+# The product on the local lab: hub + 3 regions, the controller, a two-stage rollout with
+# an approval, shown as it progresses. DEMO_ARGS=--keep leaves it running.
+demo: deps
+	$(CARGO) build --locked -p configrollout-e2e --bins
+	$(CARGO) run --locked -p configrollout-e2e --bin demo -- $(DEMO_ARGS)
+
+# End-to-end figures of the controller on the lab (see BENCHMARKS.md).
+controller-bench: deps
+	$(CARGO) build --locked --release -p configrollout-e2e --bins
+	$(CARGO) run --locked --release -p configrollout-e2e --bin controller-bench -- $(CONTROLLER_BENCH_ARGS)

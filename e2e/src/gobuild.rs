@@ -16,8 +16,12 @@ pub const CONTROLPLANE: &str = "lab-controlplane";
 pub const WORKLOAD: &str = "lab-workload";
 /// Runs a foreign program (Prometheus) so that it stops with the lab.
 pub const EXEC: &str = "lab-exec";
+/// Upstream kubectl of the same release, so tests can show what a person sees
+/// (`kubectl wait`, `kubectl get`); a `tool` of the module, built from the proxy's source.
+pub const KUBECTL: &str = "kubectl";
+const KUBECTL_PACKAGE: &str = "k8s.io/kubernetes/cmd/kubectl";
 
-const PROGRAMS: [&str; 3] = [CONTROLPLANE, WORKLOAD, EXEC];
+const PROGRAMS: [&str; 4] = [CONTROLPLANE, WORKLOAD, EXEC, KUBECTL];
 const STAMP: &str = ".source-hash";
 
 /// Paths of the built Go programs.
@@ -93,6 +97,7 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
         .args(["build", "-ldflags", &ldflags, "-o"])
         .arg(&out_dir)
         .arg("./cmd/...")
+        .arg(KUBECTL_PACKAGE)
         .output()
         .map_err(|e| {
             LabError::io(

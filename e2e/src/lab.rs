@@ -440,6 +440,11 @@ impl Lab {
         crate::LabChild::spawn(&self.programs, what, program, args, envs, &log)
     }
 
+    /// The lab's kubectl (same release as its API servers).
+    pub fn kubectl(&self) -> PathBuf {
+        self.programs.path(crate::gobuild::KUBECTL)
+    }
+
     /// Pids of every process the lab runs now.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.hub.pid().into_iter().collect();

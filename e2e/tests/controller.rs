@@ -8,10 +8,10 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout::api::{ConfigRollout, Region, StageApproval, StageApprovalSpec};
 use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -24,6 +24,12 @@ const CALL: Duration = Duration::from_secs(20);
 const PROGRESS: Duration = Duration::from_secs(120);
 /// Lease duration of the controllers under test: short, so a take-over is quick.
 const LEASE: &str = "6s";
+/// Values distinctive enough to grep for: none may appear in logs, events, status or
+/// metrics.
+const SECRET_VALUES: [(&str, &str); 2] = [
+    ("rate-limit", "s3cr3t-rate-4f1c"),
+    ("feature-x", "s3cr3t-flag-9b2e"),
+];
 
 async fn within<T, E: std::fmt::Debug>(what: &str, call: impl Future<Output = Result<T, E>>) -> T {
     match tokio::time::timeout(CALL, call).await {
@@ -67,6 +73,10 @@ impl World {
     }
 
     fn start_controller(&self, identity: &str) -> LabChild {
+        self.start_controller_on(identity, "127.0.0.1:0")
+    }
+
+    fn start_controller_on(&self, identity: &str, probe_addr: &str) -> LabChild {
         let kubeconfig = self
             .lab
             .kubeconfig(HUB, User::Controller)
@@ -79,7 +89,7 @@ impl World {
             "--lease-duration",
             LEASE,
             "--probe-addr",
-            "127.0.0.1:0",
+            probe_addr,
             "--log-format",
             "json",
         ]
@@ -265,7 +275,7 @@ spec:
 }
 
 async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
-    let desired = [("rate-limit", "100"), ("feature-x", "on")];
+    let desired = SECRET_VALUES;
     let counters: Vec<WriteCounter> = ["region-1", "region-2", "region-3"]
         .iter()
         .map(|region| WriteCounter::start(world.region(region), "limits"))
@@ -301,7 +311,33 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     world
         .approve(User::ApproverAlice, "limits", "prod", "r1")
         .await;
-    let done = world.wait_condition("limits", "Complete", PROGRESS).await;
+    // What a person runs: kubectl wait, as the read-only viewer.
+    let viewer = world
+        .lab
+        .kubeconfig(HUB, User::Viewer)
+        .expect("viewer kubeconfig");
+    let waited = tokio::process::Command::new(world.lab.kubectl())
+        .env("KUBECONFIG", &viewer)
+        .args([
+            "wait",
+            "--for=condition=Complete",
+            "configrollout/limits",
+            "-n",
+            TEAM,
+            "--timeout=120s",
+        ])
+        .output();
+    let waited = tokio::time::timeout(PROGRESS + CALL, waited)
+        .await
+        .expect("kubectl wait answers")
+        .expect("kubectl runs");
+    assert!(
+        waited.status.success(),
+        "kubectl wait: {}{}",
+        String::from_utf8_lossy(&waited.stdout),
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let done = world.wait_condition("limits", "Complete", CALL).await;
     for region in ["region-2", "region-3"] {
         assert_eq!(
             world.target_data(region, "limits").await,
@@ -573,6 +609,13 @@ spec:
         )
     };
     world.lab.stop_region("region-3").expect("stop region-3");
+    let regions: Api<Region> = Api::all(world.hub.clone());
+    eventually("Region region-3 reported unreachable", PROGRESS, || async {
+        let region = within("read region", regions.get("region-3")).await;
+        let status = region.status?;
+        (status.reachable == Some(false) && status.last_error.is_some()).then_some(())
+    })
+    .await;
     world
         .create_rollout(&rollout("partition-halt", "20s"))
         .await;
@@ -601,15 +644,84 @@ spec:
     world
         .wait_condition("partition-heal", "Complete", PROGRESS)
         .await;
+    let back = eventually("Region region-3 reachable again", PROGRESS, || async {
+        let region = within("read region", regions.get("region-3")).await;
+        let status = region.status?;
+        (status.reachable == Some(true)).then_some(status)
+    })
+    .await;
+    assert!(
+        back.server_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("v1.36")),
+        "{back:?}"
+    );
+    assert!(back.last_contact_time.is_some());
     assert_eq!(
         world.target_data("region-3", "partition-heal").await,
         Some(data(&[("k", "v")]))
     );
     assert_eq!(
         world.target_data("region-3", "limits").await,
-        Some(data(&[("rate-limit", "100"), ("feature-x", "on")])),
+        Some(data(&SECRET_VALUES)),
         "nothing lost in region-3 across the outage"
     );
+}
+
+/// Serves `/metrics` with bounded labels, and no value ever reaches logs, events,
+/// status or metrics.
+async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
+    let http = reqwest::Client::builder()
+        .timeout(CALL)
+        .build()
+        .expect("http client");
+    let metrics = within("scrape /metrics", async {
+        http.get(metrics_url).send().await?.text().await
+    })
+    .await;
+    let reconciles: f64 = metrics
+        .lines()
+        .find(|line| line.starts_with("configrollout_reconcile_total{result=\"ok\"}"))
+        .and_then(|line| line.split_whitespace().last())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("reconcile counter in /metrics:\n{metrics}"));
+    assert!(reconciles > 0.0, "reconciles counted");
+
+    let mut haystacks = vec![("metrics".to_owned(), metrics)];
+    for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with("controller-") && name.ends_with(".log") {
+            let log = std::fs::read_to_string(&path).expect("controller log");
+            assert!(log.contains("region merged"), "{name} is a real log");
+            haystacks.push((name.to_owned(), log));
+        }
+    }
+    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
+    let events = within("list events", events.list(&Default::default())).await;
+    assert!(!events.items.is_empty(), "the controller records events");
+    haystacks.push((
+        "events".to_owned(),
+        serde_json::to_string(&events.items).expect("events JSON"),
+    ));
+    let rollouts = within("list rollouts", world.rollouts().list(&Default::default())).await;
+    for rollout in rollouts.items {
+        haystacks.push((
+            format!("status of {}", rollout.name_any()),
+            serde_json::to_string(&rollout.status).expect("status JSON"),
+        ));
+    }
+    for (_, value) in SECRET_VALUES {
+        for (place, text) in &haystacks {
+            assert!(
+                !text.contains(value),
+                "a configuration value leaked into {place}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -647,7 +759,11 @@ async fn controller_on_the_lab() {
     a_spec_the_schema_refuses_never_exists(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
     only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
-    let controller = world.start_controller("controller-c");
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let probe_addr = probe.local_addr().expect("address").to_string();
+    drop(probe);
+    let controller = world.start_controller_on("controller-c", &probe_addr);
     an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world).await;
+    no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;
     controller.stop();
 }

@@ -337,10 +337,10 @@ impl Histogram {
                 .map_or_else(|| "+Inf".to_owned(), |bound| float(*bound));
             series(out, &bucket_name, Some(("le", &bound)), cumulative);
         }
-        // Counted from the buckets so that the exposition is self-consistent even while
-        // observations race with the scrape.
         let sum = f64::from_bits(self.sum_bits.load(Ordering::Relaxed));
         let _ = writeln!(out, "{name}_sum {}", float(sum));
+        // The count is the +Inf bucket, not `self.count`, so that the exposition stays
+        // self-consistent while observations race with the scrape.
         let _ = writeln!(out, "{name}_count {cumulative}");
     }
 }

@@ -1,0 +1,222 @@
+//! `make demo`: the whole product on the local lab. Starts a hub and three regions, the
+//! controller, and a two-stage ConfigRollout whose second stage needs an approval;
+//! prints its progress as `kubectl get` would, approves as `approver-alice`, and shows
+//! each region's ConfigMap at the end. `--keep` leaves everything running until Ctrl-C.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout_e2e::{HUB, Lab, LabOptions, SYSTEM_NAMESPACE, User};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+const NAMESPACE: &str = "team";
+const TARGET_NAMESPACE: &str = "app";
+const ROLLOUT: &str = "rate-limits";
+const DEADLINE: Duration = Duration::from_secs(180);
+
+const EXAMPLE: &str = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: rate-limits, namespace: team}
+spec:
+  target: {namespace: app, name: rate-limits}
+  data: {requests-per-second: "250", burst: "500"}
+  stages:
+    - name: canary
+      regions: {selector: {matchLabels: {configrollout.dev/tier: canary}}}
+    - name: production
+      regions: {selector: {matchLabels: {configrollout.dev/tier: production}}}
+      maxParallel: 2
+      approval: Required
+"#;
+
+type DemoResult<T> = Result<T, String>;
+
+fn main() -> ExitCode {
+    let keep = std::env::args().any(|arg| arg == "--keep");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("demo: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(demo(keep)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn demo(keep: bool) -> DemoResult<()> {
+    println!(
+        "Starting the lab: a hub and three regions (kube-apiserver + etcd each), Prometheus..."
+    );
+    let lab = Lab::start(LabOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
+    create_namespace(&hub, NAMESPACE).await?;
+    for region in lab.regions() {
+        let client = lab
+            .client(&region, User::Admin)
+            .map_err(|e| e.to_string())?;
+        create_namespace(&client, TARGET_NAMESPACE).await?;
+    }
+
+    println!("Starting configrollout-controller as its own user...");
+    let controller = lab
+        .spawn(
+            "controller",
+            &sibling("lab-controller")?,
+            &[
+                "--namespace",
+                SYSTEM_NAMESPACE,
+                "--probe-addr",
+                "127.0.0.1:0",
+            ]
+            .map(OsString::from),
+            &[(
+                "KUBECONFIG".to_owned(),
+                lab.kubeconfig(HUB, User::Controller)
+                    .map_err(|e| e.to_string())?
+                    .into_os_string(),
+            )],
+        )
+        .map_err(|e| e.to_string())?;
+
+    println!("\nkubectl apply -f - <<EOF{EXAMPLE}EOF\n");
+    let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
+    let rollout: ConfigRollout = serde_yaml::from_str(EXAMPLE).map_err(|e| e.to_string())?;
+    rollouts
+        .create(&PostParams::default(), &rollout)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    println!(
+        "{:<14} {:<18} {:<12} {:<9} REGIONS",
+        "NAME", "PHASE", "STAGE", "REVISION"
+    );
+    watch_until(&rollouts, "AwaitingApproval").await?;
+
+    println!("\napprover-alice approves stage production of r1 (a StageApproval object)\n");
+    let approver = lab
+        .client(HUB, User::ApproverAlice)
+        .map_err(|e| e.to_string())?;
+    let approvals: Api<StageApproval> = Api::namespaced(approver, NAMESPACE);
+    let approval = StageApproval {
+        metadata: ObjectMeta {
+            name: Some("rate-limits-production-r1".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: StageApprovalSpec {
+            rollout: ROLLOUT.to_owned(),
+            stage: "production".to_owned(),
+            revision: "r1".to_owned(),
+            approver: User::ApproverAlice.name().to_owned(),
+            reason: Some("canary looks healthy".to_owned()),
+        },
+    };
+    approvals
+        .create(&PostParams::default(), &approval)
+        .await
+        .map_err(|e| e.to_string())?;
+    watch_until(&rollouts, "Complete").await?;
+
+    println!("\nWhat each region holds now (app/rate-limits):");
+    for region in lab.regions() {
+        let client = lab
+            .client(&region, User::Admin)
+            .map_err(|e| e.to_string())?;
+        let maps: Api<ConfigMap> = Api::namespaced(client, TARGET_NAMESPACE);
+        let data = maps
+            .get(ROLLOUT)
+            .await
+            .map_err(|e| e.to_string())?
+            .data
+            .unwrap_or_default();
+        println!("  {region}: {data:?}");
+    }
+
+    if keep {
+        println!("\n{}", lab.describe());
+        println!("Everything keeps running; Ctrl-C stops it.");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    controller.stop();
+    drop(lab);
+    println!("\nDone: the lab and the controller are stopped.");
+    Ok(())
+}
+
+/// Prints the rollout's columns whenever they change, until `phase`.
+async fn watch_until(rollouts: &Api<ConfigRollout>, phase: &str) -> DemoResult<()> {
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let rollout = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
+        let status = rollout.status.unwrap_or_default();
+        let current_phase = status
+            .phase
+            .as_ref()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let line = format!(
+            "{:<14} {:<18} {:<12} {:<9} {}",
+            ROLLOUT,
+            current_phase,
+            status.current_stage.unwrap_or_default(),
+            status.revision.unwrap_or_default(),
+            status.progress.unwrap_or_default()
+        );
+        if line != last {
+            println!("{line}");
+            last = line;
+        }
+        if current_phase == phase {
+            return Ok(());
+        }
+        if started.elapsed() > DEADLINE {
+            return Err(format!(
+                "the rollout did not reach {phase} within {DEADLINE:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) -> DemoResult<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    api.create(&PostParams::default(), &namespace)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("create namespace {name}: {e}"))
+}
+
+/// A binary built beside this one (`make demo` builds the e2e crate's binaries).
+fn sibling(name: &str) -> DemoResult<PathBuf> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = me.with_file_name(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found: build it with `cargo build -p configrollout-e2e --bins`",
+            path.display()
+        ))
+    }
+}
