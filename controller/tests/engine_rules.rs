@@ -200,17 +200,29 @@ fn a_gate_passes_after_count_successes_sampled_every_interval_after_initial_dela
     world.tick();
     assert!(world.status.stages[0].gates[0].samples.is_empty());
     // Samples at 60s, 90s, 120s; ticks in between do not add samples.
-    for _ in 0..7 {
+    for _ in 0..4 {
+        world.advance(10);
+        world.tick();
+    }
+    let running = &world.status.stages[0].gates[0];
+    assert_eq!(running.region.as_deref(), Some("c1"));
+    assert_eq!(running.verdict, Some(GateVerdict::Running));
+    let times: Vec<_> = running.samples.iter().map(|s| s.at.0.as_second()).collect();
+    assert_eq!(times.len(), 2, "{times:?}");
+    assert_eq!(times[1] - times[0], 30);
+    for _ in 0..3 {
         world.advance(10);
         world.tick();
     }
     let window = &world.status.stages[0].gates[0];
-    assert_eq!(window.region.as_deref(), Some("c1"));
     assert_eq!(window.successes, 3);
     assert_eq!(window.verdict, Some(GateVerdict::Passed));
+    assert_eq!(
+        window.samples.len(),
+        1,
+        "a passed window keeps its deciding sample"
+    );
     assert_eq!(world.status.stages[0].state, StageState::Passed);
-    let times: Vec<_> = window.samples.iter().map(|s| s.at.clone()).collect();
-    assert_eq!(times.len(), 3);
     assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
 }
 
@@ -605,6 +617,34 @@ fn an_invalid_spec_is_reported_and_touches_no_region() {
         let message = &world.condition(conditions::INVALID_SPEC).unwrap().message;
         assert!(message.contains("spec.gates[0]"), "{label}: {message}");
     }
+}
+
+#[test]
+fn fixing_an_invalid_spec_resumes_with_a_fresh_deadline() {
+    let mut value = three_stages();
+    value["stages"][0]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value.clone()), &ALL);
+    world.region("c1").stuck = true;
+    world.tick();
+    let mut broken = value.clone();
+    broken["gates"] = json!([{"name": "g", "query": "up", "condition": "result <"}]);
+    world.spec = spec(broken);
+    world.run(10, 30);
+    assert!(world.condition_true(conditions::INVALID_SPEC));
+    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    world.spec = spec(value);
+    world.region("c1").stuck = false;
+    world.region("c1").reachable = false;
+    world.tick();
+    assert!(!world.condition_true(conditions::INVALID_SPEC));
+    assert_eq!(
+        world.status.phase,
+        Some(RolloutPhase::Progressing),
+        "not failed at once"
+    );
+    world.region("c1").reachable = true;
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
 }
 
 #[test]

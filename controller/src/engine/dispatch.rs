@@ -7,25 +7,29 @@
 //! nothing again (restart safety), while the reconcile, which executes actions before it
 //! writes the status, repeats work that a crash interrupted.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-use crate::api::{ConfigRolloutStatus, RevisionStep, RolloutPhase, StageState, conditions};
+use crate::api::{
+    ConfigRolloutStatus, RegionRolloutStatus, RevisionStep, RolloutPhase, StageState, conditions,
+};
 
 use super::regions::{mark_is, region_done};
 use super::{Action, Step};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Work {
+enum Work<'s> {
     Publish {
         stage: usize,
         position: usize,
-        region: String,
-        revision: String,
+        region: &'s str,
+        revision: &'s str,
         step: StepKey,
     },
     Rollback {
-        region: String,
-        revision: String,
+        /// Position in reverse rollout order, so the set iterates last stage first.
+        reverse_position: usize,
+        region: &'s str,
+        revision: &'s str,
     },
 }
 
@@ -64,8 +68,12 @@ fn condition_is_true(status: &ConfigRolloutStatus, type_: &str) -> bool {
         .any(|condition| condition.type_ == type_ && condition.status == "True")
 }
 
+fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s RegionRolloutStatus> {
+    status.regions.iter().find(|region| region.name == name)
+}
+
 /// The region work a status calls for.
-fn work_of(step: &Step<'_>, status: &ConfigRolloutStatus) -> BTreeSet<Work> {
+fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<Work<'s>> {
     let mut work = BTreeSet::new();
     if condition_is_true(status, conditions::PAUSED)
         || condition_is_true(status, conditions::INVALID_SPEC)
@@ -75,16 +83,8 @@ fn work_of(step: &Step<'_>, status: &ConfigRolloutStatus) -> BTreeSet<Work> {
     let Some(revision) = status.revision.as_deref() else {
         return work;
     };
-    let by_name: HashMap<&str, &crate::api::RegionRolloutStatus> = status
-        .regions
-        .iter()
-        .map(|region| (region.name.as_str(), region))
-        .collect();
-    let reachable = |name: &str| {
-        by_name
-            .get(name)
-            .is_some_and(|region| region.reachable == Some(true))
-    };
+    let reachable =
+        |name: &str| find_region(status, name).is_some_and(|region| region.reachable == Some(true));
     match status.phase {
         Some(RolloutPhase::Progressing) => {
             let pass = status.step.unwrap_or(RevisionStep::Single);
@@ -98,25 +98,28 @@ fn work_of(step: &Step<'_>, status: &ConfigRolloutStatus) -> BTreeSet<Work> {
                 else {
                     continue;
                 };
+                let limit = usize::try_from(spec_stage.max_parallel.max(1)).unwrap_or(1);
                 let window = regions
                     .iter()
                     .enumerate()
-                    .filter(|(_, name)| {
-                        !by_name.get(name.as_str()).is_some_and(|region| {
+                    .map(|(position, name)| (position, name, find_region(status, name)))
+                    .filter(|(.., region)| {
+                        !region.is_some_and(|region| {
                             region_done(region, revision, pass, has_consumers)
                         })
                     })
-                    .take(usize::try_from(spec_stage.max_parallel.max(1)).unwrap_or(1));
-                for (position, name) in window {
-                    let materialized = by_name.get(name.as_str()).is_some_and(|region| {
+                    .take(limit);
+                for (position, name, region) in window {
+                    let materialized = region.is_some_and(|region| {
                         mark_is(region.materialized.as_ref(), revision, pass)
                     });
-                    if reachable(name) && !materialized {
+                    let reachable = region.is_some_and(|region| region.reachable == Some(true));
+                    if reachable && !materialized {
                         work.insert(Work::Publish {
                             stage: index,
                             position,
-                            region: name.clone(),
-                            revision: revision.to_owned(),
+                            region: name,
+                            revision,
                             step: pass.into(),
                         });
                     }
@@ -131,23 +134,21 @@ fn work_of(step: &Step<'_>, status: &ConfigRolloutStatus) -> BTreeSet<Work> {
             else {
                 return work;
             };
-            let rolled_back: HashMap<&str, bool> = step
-                .obs
-                .regions
-                .iter()
-                .map(|region| {
-                    (
-                        region.name.as_str(),
-                        region.rolled_back.as_deref() == Some(revision),
-                    )
-                })
-                .collect();
-            for name in step.plan.stages[index].iter().rev() {
-                let done = rolled_back.get(name.as_str()).copied().unwrap_or(false);
+            let Some(regions) = step.plan.stages.get(index) else {
+                return work;
+            };
+            for (reverse_position, name) in regions.iter().rev().enumerate() {
+                let done = step
+                    .obs
+                    .regions
+                    .iter()
+                    .find(|region| &region.name == name)
+                    .is_some_and(|region| region.rolled_back.as_deref() == Some(revision));
                 if reachable(name) && !done {
                     work.insert(Work::Rollback {
-                        region: name.clone(),
-                        revision: revision.to_owned(),
+                        reverse_position,
+                        region: name,
+                        revision,
                     });
                 }
             }
@@ -157,49 +158,33 @@ fn work_of(step: &Step<'_>, status: &ConfigRolloutStatus) -> BTreeSet<Work> {
     work
 }
 
-/// Appends the region work that is new in this step, publishes in stage and rollout
-/// order, rollbacks last stage first.
+/// Appends the region work that is new in this step: publishes in stage and rollout
+/// order, rollbacks in reverse rollout order (one stage at a time, last stage first).
 pub(super) fn emit_new(step: &mut Step<'_>) {
-    let before = work_of(step, step.before);
-    let after = work_of(step, &step.status);
-    let mut rollbacks = Vec::new();
-    for work in after.difference(&before) {
-        match work {
-            Work::Publish {
-                region,
-                revision,
-                step: pass,
-                ..
-            } => step.actions.push(Action::Publish {
-                region: region.clone(),
-                revision: revision.clone(),
-                step: (*pass).into(),
-            }),
-            Work::Rollback { region, revision } => rollbacks.push(Action::Rollback {
-                region: region.clone(),
-                revision: revision.clone(),
-            }),
-        }
-    }
-    // The rollback set is ordered by name; put it back in reverse rollout order.
-    if !rollbacks.is_empty() {
-        let order = rollback_order(step);
-        rollbacks.sort_by_key(|action| match action {
-            Action::Rollback { region, .. } => order.get(region.as_str()).copied(),
-            _ => None,
-        });
-        step.actions.extend(rollbacks);
-    }
-}
-
-fn rollback_order<'s>(step: &'s Step<'_>) -> HashMap<&'s str, usize> {
-    step.plan
-        .all_regions()
-        .map(|(_, name)| name)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .enumerate()
-        .map(|(position, name)| (name, position))
-        .collect()
+    let new_work: Vec<Action> = {
+        let before = work_of(step, step.before);
+        let after = work_of(step, &step.status);
+        after
+            .difference(&before)
+            .map(|work| match work {
+                Work::Publish {
+                    region,
+                    revision,
+                    step: pass,
+                    ..
+                } => Action::Publish {
+                    region: (*region).to_owned(),
+                    revision: (*revision).to_owned(),
+                    step: (*pass).into(),
+                },
+                Work::Rollback {
+                    region, revision, ..
+                } => Action::Rollback {
+                    region: (*region).to_owned(),
+                    revision: (*revision).to_owned(),
+                },
+            })
+            .collect()
+    };
+    step.actions.extend(new_work);
 }

@@ -77,7 +77,7 @@ pub(super) fn rollback_cursor(step: &Step<'_>) -> (Option<usize>, bool) {
     let mut cursor = None;
     for index in reached_stages(step).into_iter().rev() {
         for name in &step.plan.stages[index] {
-            if rolled_back.get(name.as_str()).copied().unwrap_or(false) {
+            if rolled_back.get(name).copied().unwrap_or(false) {
                 continue;
             }
             any_pending = true;

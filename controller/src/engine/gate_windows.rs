@@ -7,7 +7,8 @@
 //! checked first, so no window passes on a sample that also exceeds a limit. Only
 //! samples on the schedule count: one taken before the window opened, or less than
 //! `interval` after the previous counted one, is ignored, so a repeated sample never
-//! counts twice.
+//! counts twice. The status keeps the last [`MAX_SAMPLES_PER_GATE`] samples of a running
+//! or failed window, and only the deciding sample of a passed one.
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -18,6 +19,7 @@ use crate::api::{
 use crate::gates::{Condition, TemplateValues, Verdict, evaluate, render, uses_placeholder};
 
 use super::clock::{from_time, spec_duration, to_time};
+use super::observations::GateSampleObservation;
 use super::{MAX_SAMPLES_PER_GATE, Step};
 
 /// A sample the reconcile should take now.
@@ -72,7 +74,7 @@ pub fn gates_due(
             let Some(gate) = spec.gates.iter().find(|gate| gate.name == window.name) else {
                 continue;
             };
-            if next_sample_at(gate, window, verified_at) > now {
+            if Schedule::of(gate, verified_at).next_sample_at(window) > now {
                 continue;
             }
             let values = TemplateValues {
@@ -94,25 +96,31 @@ pub fn gates_due(
     due
 }
 
-fn interval(gate: &Gate) -> TimeDelta {
-    spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1))
+/// When a gate's window opens and how often it samples.
+struct Schedule {
+    opens: DateTime<Utc>,
+    interval: TimeDelta,
 }
 
-fn window_opens_at(gate: &Gate, verified_at: DateTime<Utc>) -> DateTime<Utc> {
-    let delay = gate
-        .initial_delay
-        .as_deref()
-        .and_then(spec_duration)
-        .unwrap_or_default();
-    verified_at + delay
-}
+impl Schedule {
+    fn of(gate: &Gate, verified_at: DateTime<Utc>) -> Self {
+        let delay = gate
+            .initial_delay
+            .as_deref()
+            .and_then(spec_duration)
+            .unwrap_or_default();
+        Schedule {
+            opens: verified_at + delay,
+            interval: spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1)),
+        }
+    }
 
-/// When the window's next sample is due.
-fn next_sample_at(gate: &Gate, window: &GateStatus, verified_at: DateTime<Utc>) -> DateTime<Utc> {
-    let opens = window_opens_at(gate, verified_at);
-    match window.samples.last() {
-        Some(last) => (from_time(&last.at) + interval(gate)).max(opens),
-        None => opens,
+    /// When the window's next sample is due.
+    fn next_sample_at(&self, window: &GateStatus) -> DateTime<Utc> {
+        match window.samples.last() {
+            Some(last) => (from_time(&last.at) + self.interval).max(self.opens),
+            None => self.opens,
+        }
     }
 }
 
@@ -133,7 +141,11 @@ pub(super) fn open_windows(step: &mut Step<'_>, index: usize) {
             ..GateStatus::default()
         };
         if uses_placeholder(&gate.query, "region") {
-            windows.extend(regions.iter().map(|region| running(Some(region.clone()))));
+            windows.extend(
+                regions
+                    .iter()
+                    .map(|region| running(Some((*region).to_owned()))),
+            );
         } else {
             windows.push(running(None));
         }
@@ -157,13 +169,57 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
     let mut failure = None;
     let mut all_passed = true;
     let mut next_due: Option<DateTime<Utc>> = None;
+    // Parse each gate once per step, not once per window and sample.
+    let compiled: Vec<(&Gate, Option<Condition>, Schedule)> = step.spec.stages[index]
+        .gates
+        .iter()
+        .filter_map(|name| step.spec.gates.iter().find(|gate| &gate.name == name))
+        .map(|gate| {
+            let condition = Condition::parse(&gate.condition).ok();
+            (gate, condition, Schedule::of(gate, verified_at))
+        })
+        .collect();
+    // This stage's samples of this revision, grouped by (gate, region) in time order, so
+    // that each window finds its own with a binary search instead of a scan.
+    let mut samples: Vec<&GateSampleObservation> = step
+        .obs
+        .gate_samples
+        .iter()
+        .filter(|sample| sample.stage == stage_name && sample.revision == revision)
+        .collect();
+    samples.sort_by(|a, b| {
+        (a.gate.as_str(), a.region.as_deref(), a.at).cmp(&(
+            b.gate.as_str(),
+            b.region.as_deref(),
+            b.at,
+        ))
+    });
     for window in &mut step.status.stages[index].gates {
-        let Some(gate) = step.spec.gates.iter().find(|gate| gate.name == window.name) else {
+        let Some((gate, condition, schedule)) =
+            compiled.iter().find(|(gate, ..)| gate.name == window.name)
+        else {
             continue;
         };
-        if window.verdict == Some(GateVerdict::Running) {
-            record_samples(step.obs, gate, window, &stage_name, &revision, verified_at);
+        if window.verdict == Some(GateVerdict::Running)
+            && let Some(condition) = condition
+        {
+            let own = {
+                let key = (window.name.as_str(), window.region.as_deref());
+                let of_window = |sample: &&GateSampleObservation| {
+                    (sample.gate.as_str(), sample.region.as_deref()).cmp(&key)
+                };
+                let first = samples.partition_point(|sample| of_window(sample).is_lt());
+                let last = samples.partition_point(|sample| of_window(sample).is_le());
+                samples.get(first..last).unwrap_or_default()
+            };
+            record_samples(own.iter().copied(), gate, condition, schedule, window);
             window.verdict = Some(verdict_of(gate, window));
+            if window.verdict == Some(GateVerdict::Passed) {
+                // A passed window keeps its counts and the sample that passed it; the
+                // rest would only grow the object (stages x regions x gates x samples).
+                let excess = window.samples.len().saturating_sub(1);
+                window.samples.drain(..excess);
+            }
         }
         match window.verdict {
             Some(GateVerdict::Passed) => {}
@@ -173,7 +229,7 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
             }
             _ => {
                 all_passed = false;
-                let due = next_sample_at(gate, window, verified_at);
+                let due = schedule.next_sample_at(window);
                 next_due = Some(next_due.map_or(due, |current| current.min(due)));
             }
         }
@@ -201,33 +257,19 @@ pub fn verdict_of(gate: &Gate, window: &GateStatus) -> GateVerdict {
     }
 }
 
-fn record_samples(
-    obs: &super::Observations,
+/// Counts `samples` (this window's, in time order) that fall on the window's schedule.
+fn record_samples<'o>(
+    samples: impl Iterator<Item = &'o GateSampleObservation>,
     gate: &Gate,
+    condition: &Condition,
+    schedule: &Schedule,
     window: &mut GateStatus,
-    stage: &str,
-    revision: &str,
-    verified_at: DateTime<Utc>,
 ) {
-    let Ok(condition) = Condition::parse(&gate.condition) else {
-        return;
-    };
-    let mut samples: Vec<_> = obs
-        .gate_samples
-        .iter()
-        .filter(|sample| {
-            sample.gate == gate.name
-                && sample.stage == stage
-                && sample.revision == revision
-                && sample.region == window.region
-        })
-        .collect();
-    samples.sort_by_key(|sample| sample.at);
     for sample in samples {
-        if sample.at < next_sample_at(gate, window, verified_at) {
+        if sample.at < schedule.next_sample_at(window) {
             continue;
         }
-        let evaluation = evaluate(&condition, &sample.result);
+        let evaluation = evaluate(condition, &sample.result);
         let (verdict, message) = match evaluation.verdict {
             Verdict::Successful => {
                 window.successes += 1;

@@ -75,7 +75,7 @@ pub(crate) struct Step<'a> {
     before: &'a ConfigRolloutStatus,
     obs: &'a Observations,
     now: DateTime<Utc>,
-    plan: selection::StagePlan,
+    plan: selection::StagePlan<'a>,
     status: ConfigRolloutStatus,
     actions: Vec<Action>,
     wake_at: Option<DateTime<Utc>>,
@@ -117,6 +117,13 @@ impl<'a> Step<'a> {
         if !errors.is_empty() {
             conditions::invalid_spec(self, &errors);
             return;
+        }
+        let was_invalid = self.status.conditions.iter().any(|condition| {
+            condition.type_ == crate::api::conditions::INVALID_SPEC && condition.status == "True"
+        });
+        if was_invalid {
+            // Nothing moved while the spec was invalid: deadlines start again.
+            self.resumed_now = true;
         }
         revisions::ensure_current(self);
         if self.revision().is_none() {

@@ -51,27 +51,50 @@ pub(super) fn sync(step: &mut Step<'_>) {
         .iter()
         .map(|region| (region.name.as_str(), region))
         .collect();
-    let mut previous: HashMap<String, RegionRolloutStatus> =
+    // The common case is a status already in plan order: update it in place instead
+    // of rebuilding (this runs on every reconcile of every rollout).
+    let aligned = step
+        .status
+        .regions
+        .iter()
+        .map(|region| region.name.as_str())
+        .eq(step.plan.all_regions().map(|(_, name)| name));
+    let mut previous: HashMap<String, RegionRolloutStatus> = if aligned {
+        HashMap::new()
+    } else {
         std::mem::take(&mut step.status.regions)
             .into_iter()
             .map(|region| (region.name.clone(), region))
-            .collect();
+            .collect()
+    };
     let now = to_time(step.now);
-    let mut regions = Vec::with_capacity(step.plan.region_count());
+    let mut regions = if aligned {
+        std::mem::take(&mut step.status.regions)
+    } else {
+        Vec::with_capacity(step.plan.region_count())
+    };
     let mut restart_in = Vec::new();
 
-    for (stage_index, name) in step.plan.all_regions() {
-        let mut region = previous
-            .remove(name)
-            .unwrap_or_else(|| RegionRolloutStatus {
-                name: name.to_owned(),
-                ..RegionRolloutStatus::default()
-            });
-        region.stage = Some(step.spec.stages[stage_index].name.clone());
+    for (position, (stage_index, name)) in step.plan.all_regions().enumerate() {
+        if !aligned {
+            let region = previous
+                .remove(name)
+                .unwrap_or_else(|| RegionRolloutStatus {
+                    name: name.to_owned(),
+                    ..RegionRolloutStatus::default()
+                });
+            regions.push(region);
+        }
+        let Some(region) = regions.get_mut(position) else {
+            continue;
+        };
+        let stage_name = &step.spec.stages[stage_index].name;
+        if region.stage.as_ref() != Some(stage_name) {
+            region.stage = Some(stage_name.clone());
+        }
         let Some(seen) = observed.get(name) else {
             region.reachable = Some(false);
             region.last_error = Some(format!("no Region object named {name}"));
-            regions.push(region);
             continue;
         };
         region.reachable = Some(seen.reachable);
@@ -128,7 +151,6 @@ pub(super) fn sync(step: &mut Step<'_>) {
                 });
             }
         }
-        regions.push(region);
     }
     step.status.regions = regions;
     for region in restart_in {

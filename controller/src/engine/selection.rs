@@ -15,18 +15,18 @@ use super::observations::RegionObservation;
 
 /// The regions of each stage, in spec order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StagePlan {
+pub struct StagePlan<'a> {
     /// Per stage (same index as `spec.stages`), its regions in rollout order.
-    pub stages: Vec<Vec<String>>,
+    pub stages: Vec<Vec<&'a str>>,
 }
 
-impl StagePlan {
+impl StagePlan<'_> {
     /// Every selected region, stage by stage.
     pub fn all_regions(&self) -> impl Iterator<Item = (usize, &str)> + '_ {
         self.stages
             .iter()
             .enumerate()
-            .flat_map(|(index, regions)| regions.iter().map(move |region| (index, region.as_str())))
+            .flat_map(|(index, regions)| regions.iter().map(move |region| (index, *region)))
     }
 
     /// Total number of selected regions.
@@ -36,11 +36,11 @@ impl StagePlan {
 }
 
 /// Resolves every stage's regions against the observed Region objects.
-pub fn plan(spec: &ConfigRolloutSpec, regions: &[RegionObservation]) -> StagePlan {
+pub fn plan<'a>(spec: &'a ConfigRolloutSpec, regions: &'a [RegionObservation]) -> StagePlan<'a> {
     let mut taken: HashSet<&str> = HashSet::new();
     let mut stages = Vec::with_capacity(spec.stages.len());
     for stage in &spec.stages {
-        let candidates: Vec<&str> = match &stage.regions.selector {
+        let candidates: Vec<&'a str> = match &stage.regions.selector {
             Some(selector) if stage.regions.names.is_empty() => {
                 let mut matched: Vec<&str> = regions
                     .iter()
@@ -55,7 +55,7 @@ pub fn plan(spec: &ConfigRolloutSpec, regions: &[RegionObservation]) -> StagePla
         let mut selected = Vec::with_capacity(candidates.len());
         for name in candidates {
             if taken.insert(name) {
-                selected.push(name.to_owned());
+                selected.push(name);
             }
         }
         stages.push(selected);

@@ -68,10 +68,10 @@ pub(super) fn pending_regions(step: &Step<'_>, index: usize) -> Vec<String> {
                 .status
                 .regions
                 .iter()
-                .find(|region| &region.name == *name)
+                .find(|region| region.name == **name)
                 .is_some_and(|region| regions::region_done(region, revision, pass, has_consumers))
         })
-        .cloned()
+        .map(|name| (*name).to_owned())
         .collect()
 }
 
@@ -191,8 +191,9 @@ fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
     gates_passed_at + pause
 }
 
-/// When the stage's deadline clock started: its start, or the last resume from a pause
-/// or retry after a halt, whichever is later (a paused or halted rollout is not late).
+/// When the stage's deadline clock started: its start, or the last resume from a pause,
+/// a retry after a halt or a fix of an invalid spec, whichever is later (a rollout that
+/// could not move is not late).
 fn deadline_clock_start(step: &Step<'_>, index: usize) -> Option<DateTime<Utc>> {
     let started = step.status.stages[index]
         .started_at
@@ -206,7 +207,12 @@ fn deadline_clock_start(step: &Step<'_>, index: usize) -> Option<DateTime<Utc>> 
         .conditions
         .iter()
         .filter(|condition| {
-            (condition.type_ == conditions::PAUSED || condition.type_ == conditions::HALTED)
+            [
+                conditions::PAUSED,
+                conditions::HALTED,
+                conditions::INVALID_SPEC,
+            ]
+            .contains(&condition.type_.as_str())
                 && condition.status == "False"
         })
         .map(|condition| from_time(&condition.last_transition_time))

@@ -16,8 +16,8 @@ use crate::regions::RegionError;
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, TargetObject};
 
-/// What acting did, for logs and metrics: counts only.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What acting did: counts for logs and metrics, and the regions whose merge failed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ActReport {
     /// Region merges that succeeded.
     pub region_merges: u32,
@@ -25,6 +25,8 @@ pub struct ActReport {
     pub region_failures: u32,
     /// Writes made in regions.
     pub region_writes: u32,
+    /// Regions whose merge failed, with the error (names and HTTP reasons, no values).
+    pub failed_regions: Vec<(String, String)>,
 }
 
 /// Everything [`act`] needs besides the actions.
@@ -177,6 +179,9 @@ fn record(
         Err(error) => {
             report.region_failures += 1;
             tracing::warn!(region, revision, operation, %error, "region merge failed");
+            report
+                .failed_regions
+                .push((region.to_owned(), format!("{operation}: {error}")));
         }
     }
 }

@@ -252,9 +252,10 @@ pub async fn reconcile(
     ctx.metrics
         .region_writes_total
         .add(WriteResult::Error, u64::from(report.region_failures));
+    let mut status = decision.status;
+    mark_failed_regions(&mut status, &report.failed_regions);
     let patch_started = std::time::Instant::now();
-    let written =
-        status_writer::write_status(&ctx.hub, &rollout, &decision.status, (ctx.leading)()).await;
+    let written = status_writer::write_status(&ctx.hub, &rollout, &status, (ctx.leading)()).await;
     ctx.metrics
         .status_patch_duration_seconds
         .observe_duration(patch_started.elapsed());
@@ -264,12 +265,11 @@ pub async fn reconcile(
         Err(_) => WriteResult::Error,
     });
     written?;
-    let keep: std::collections::BTreeSet<&str> = decision
-        .status
+    let keep: std::collections::BTreeSet<&str> = status
         .history
         .iter()
         .map(|record| record.name.as_str())
-        .chain(decision.status.revision.as_deref())
+        .chain(status.revision.as_deref())
         .collect();
     store
         .prune(&rollout, &revisions, |name| keep.contains(name))
@@ -281,6 +281,18 @@ pub async fn reconcile(
         decision.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
     Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
+}
+
+/// Records regions whose merge failed as unreachable, with the error. The engine sends a
+/// region its work when the region turns reachable, so the next reconcile, observing it
+/// reachable again, sends the merge again; the stage's deadline keeps running meanwhile.
+fn mark_failed_regions(status: &mut crate::api::ConfigRolloutStatus, failed: &[(String, String)]) {
+    for (name, error) in failed {
+        if let Some(region) = status.regions.iter_mut().find(|r| &r.name == name) {
+            region.reachable = Some(false);
+            region.last_error = Some(error.clone());
+        }
+    }
 }
 
 async fn sample_gates(
@@ -328,5 +340,68 @@ pub(crate) async fn api_call<T>(
             operation,
             reason: other.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ConfigRolloutSpec;
+    use crate::engine::{Action, RegionObservation};
+
+    fn spec() -> ConfigRolloutSpec {
+        serde_json::from_value(serde_json::json!({
+            "target": {"namespace": "app", "name": "limits"},
+            "data": {"rate": "1"},
+            "stages": [{"name": "only", "regions": {"names": ["region-1"]}}],
+        }))
+        .unwrap()
+    }
+
+    fn observations() -> Observations {
+        Observations {
+            generation: 1,
+            desired: DesiredRevision {
+                digest: "d1".into(),
+                keys_set: 1,
+                keys_removed: 0,
+            },
+            fresh_stamp: "1000.0@rollout:team/limits".into(),
+            regions: vec![RegionObservation {
+                name: "region-1".into(),
+                reachable: true,
+                ..RegionObservation::default()
+            }],
+            ..Observations::default()
+        }
+    }
+
+    fn publishes(actions: &[Action]) -> usize {
+        actions
+            .iter()
+            .filter(|action| matches!(action, Action::Publish { .. }))
+            .count()
+    }
+
+    #[test]
+    fn a_failed_merge_is_sent_again_on_the_next_reconcile() {
+        let spec = spec();
+        let now = Utc::now();
+        let first = engine::step(&spec, &Default::default(), &observations(), now);
+        assert_eq!(publishes(&first.actions), 1);
+
+        // The merge failed: recorded, the next reconcile (region still not holding the
+        // revision) sends it again.
+        let mut status = first.status.clone();
+        mark_failed_regions(
+            &mut status,
+            &[("region-1".into(), "write target: 403".into())],
+        );
+        let retried = engine::step(&spec, &status, &observations(), now);
+        assert_eq!(publishes(&retried.actions), 1);
+
+        // Without the record, the engine (rightly, for restart safety) sends nothing new.
+        let unmarked = engine::step(&spec, &first.status, &observations(), now);
+        assert_eq!(publishes(&unmarked.actions), 0);
     }
 }

@@ -111,7 +111,7 @@ impl World {
     }
 
     /// Samples the gates due now, as the reconcile would.
-    fn samples(&self) -> Vec<GateSampleObservation> {
+    pub fn samples(&self) -> Vec<GateSampleObservation> {
         gates_due(&self.spec, &self.status, self.now)
             .into_iter()
             .map(|request| GateSampleObservation {
@@ -154,9 +154,19 @@ impl World {
 
     /// One reconcile: sample due gates, step, apply the actions, keep the status.
     pub fn tick(&mut self) -> Decision {
+        self.tick_checked(|_, _, _| {})
+    }
+
+    /// A reconcile that lets the caller inspect (observations, input status, decision)
+    /// before the actions are applied.
+    pub fn tick_checked(
+        &mut self,
+        check: impl FnOnce(&Observations, &ConfigRolloutStatus, &Decision),
+    ) -> Decision {
         let samples = self.samples();
         let observations = self.observations(samples);
         let decision = step(&self.spec, &self.status, &observations, self.now);
+        check(&observations, &self.status, &decision);
         for action in &decision.actions {
             self.log.push((self.now, action.clone()));
             self.apply(action);

@@ -1,0 +1,233 @@
+//! One engine step for a rollout of 50 regions in 5 stages with 3 gates, mid-rollout
+//! (two stages passed, the third verifying its gates with samples due).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, StageState};
+use configrollout::engine::{
+    Action, AppliedRevision, DesiredRevision, GateSampleObservation, Observations,
+    RegionObservation, gates_due, step,
+};
+use configrollout::gates::QueryResult;
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+
+fn spec() -> Option<ConfigRolloutSpec> {
+    let stages: Vec<_> = (0..5)
+        .map(|stage| {
+            let names: Vec<String> = (0..10).map(|r| format!("region-{stage}-{r}")).collect();
+            json!({"name": format!("wave{stage}"), "regions": {"names": names},
+                   "maxParallel": 5, "gates": ["errors", "latency", "saturation"],
+                   "progressDeadline": "1h"})
+        })
+        .collect();
+    let gate = |name: &str, query: &str| {
+        json!({"name": name, "query": query, "condition": "result < 0.05",
+               "interval": "30s", "count": 4, "failureLimit": 1, "inconclusiveLimit": 2})
+    };
+    serde_json::from_value(json!({
+        "target": {"namespace": "app", "name": "app-config"},
+        "data": {"k": "v"},
+        "stages": stages,
+        "gates": [
+            gate("errors", "sum(rate(errors_total{region=\"{{region}}\"}[5m]))"),
+            gate("latency", "histogram_quantile(0.99, sum by (le) (rate(latency_bucket{region=\"{{region}}\"}[5m])))"),
+            gate("saturation", "max(saturation{stage=\"{{stage}}\"})"),
+        ],
+    }))
+    .ok()
+}
+
+fn observations(
+    regions: &BTreeMap<String, Option<AppliedRevision>>,
+    samples: Vec<GateSampleObservation>,
+) -> Observations {
+    Observations {
+        generation: 1,
+        desired: DesiredRevision {
+            digest: "digest-1".into(),
+            keys_set: 12,
+            keys_removed: 0,
+        },
+        fresh_stamp: "1767268800000-0-rollout:app/demo".into(),
+        regions: regions
+            .iter()
+            .map(|(name, applied)| RegionObservation {
+                name: name.clone(),
+                labels: BTreeMap::from([("geo".to_string(), "eu".to_string())]),
+                reachable: true,
+                last_error: None,
+                applied: applied.clone(),
+                rolled_back: None,
+                consumers: None,
+            })
+            .collect(),
+        gate_samples: samples,
+        ..Observations::default()
+    }
+}
+
+fn sample_all(
+    spec: &ConfigRolloutSpec,
+    status: &ConfigRolloutStatus,
+    now: DateTime<Utc>,
+) -> Vec<GateSampleObservation> {
+    gates_due(spec, status, now)
+        .into_iter()
+        .map(|request| GateSampleObservation {
+            gate: request.gate,
+            stage: request.stage,
+            revision: request.revision,
+            region: request.region,
+            at: now,
+            result: QueryResult::Scalar(0.01),
+        })
+        .collect()
+}
+
+/// Runs the simulated rollout until the third stage is verifying with samples recorded.
+fn mid_rollout(spec: &ConfigRolloutSpec) -> (ConfigRolloutStatus, Observations, DateTime<Utc>) {
+    let mut now = Utc
+        .with_ymd_and_hms(2026, 1, 1, 12, 0, 0)
+        .single()
+        .unwrap_or_default();
+    let mut regions: BTreeMap<String, Option<AppliedRevision>> = spec
+        .stages
+        .iter()
+        .flat_map(|stage| stage.regions.names.iter().map(|name| (name.clone(), None)))
+        .collect();
+    let mut status = ConfigRolloutStatus::default();
+    for _ in 0..200 {
+        let third = status.stages.get(2);
+        let verifying = third.is_some_and(|stage| {
+            stage.state == StageState::Verifying
+                && stage.gates.iter().all(|window| window.samples.len() >= 2)
+        });
+        if verifying {
+            break;
+        }
+        let obs = observations(&regions, sample_all(spec, &status, now));
+        let decision = step(spec, &status, &obs, now);
+        for action in &decision.actions {
+            if let Action::Publish {
+                region,
+                revision,
+                step,
+            } = action
+            {
+                regions.insert(
+                    region.clone(),
+                    Some(AppliedRevision {
+                        revision: revision.clone(),
+                        step: *step,
+                        digest: "live".into(),
+                    }),
+                );
+            }
+        }
+        status = decision.status;
+        now += TimeDelta::seconds(30);
+    }
+    let obs = observations(&regions, sample_all(spec, &status, now));
+    (status, obs, now)
+}
+
+fn bench_step(c: &mut Criterion) {
+    let Some(spec) = spec() else {
+        return;
+    };
+    let (status, obs, now) = mid_rollout(&spec);
+    assert_eq!(status.stages[2].state, StageState::Verifying, "bench setup");
+    assert!(!obs.gate_samples.is_empty(), "bench setup: samples due");
+    let windows: usize = status.stages.iter().map(|stage| stage.gates.len()).sum();
+    let samples: usize = status
+        .stages
+        .iter()
+        .flat_map(|stage| &stage.gates)
+        .map(|window| window.samples.len())
+        .sum();
+    eprintln!(
+        "mid-rollout status: {} regions, {windows} gate windows, {samples} samples, {} bytes of JSON",
+        status.regions.len(),
+        serde_json::to_string(&status)
+            .map(|json| json.len())
+            .unwrap_or(0)
+    );
+    c.bench_function("engine_step_50_regions_5_stages_3_gates", |b| {
+        b.iter(|| step(&spec, &status, &obs, now))
+    });
+    // The floor inside every step: `step` returns a new status, so it clones the old one.
+    c.bench_function("status_clone_same_rollout", |b| b.iter(|| status.clone()));
+}
+
+/// CPU time of the benchmarking thread, so the figure does not depend on how many
+/// other processes share the cores (the lab machine has 2 cores and several builds).
+struct ThreadCpuTime {
+    wall: WallTime,
+}
+
+fn thread_cpu_nanos() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid, writable timespec for the duration of the call.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    if status != 0 {
+        return 0;
+    }
+    u64::try_from(time.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(time.tv_nsec).unwrap_or(0)
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = std::time::Duration;
+
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+    fn end(&self, started: u64) -> std::time::Duration {
+        std::time::Duration::from_nanos(thread_cpu_nanos().saturating_sub(started))
+    }
+    fn add(&self, a: &std::time::Duration, b: &std::time::Duration) -> std::time::Duration {
+        *a + *b
+    }
+    fn zero(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    fn to_f64(&self, value: &std::time::Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
+
+fn bench_step_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    let Some(spec) = spec() else {
+        return;
+    };
+    let (status, obs, now) = mid_rollout(&spec);
+    c.bench_function("engine_step_50_regions_5_stages_3_gates_cpu_time", |b| {
+        b.iter(|| step(&spec, &status, &obs, now))
+    });
+    c.bench_function("status_clone_same_rollout_cpu_time", |b| {
+        b.iter(|| status.clone())
+    });
+    // Calibration: 500 short strings cloned, to compare this machine with others.
+    let strings: Vec<String> = (0..500).map(|i| format!("region-{i}")).collect();
+    c.bench_function("calibration_clone_500_strings_cpu_time", |b| {
+        b.iter(|| strings.clone())
+    });
+}
+
+criterion_group!(benches, bench_step);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    targets = bench_step_cpu
+}
+criterion_main!(benches, cpu_time);
