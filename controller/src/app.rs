@@ -344,7 +344,8 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
         )
         .await
         {
-            Ok(_) | Err(ReconcileError::Api { code: 409, .. }) => continue,
+            Ok(_) => continue,
+            Err(ReconcileError::Call(error)) if error.is_conflict() => continue,
             Err(error) => return Err(fail(error.to_string())),
         }
     }

@@ -5,6 +5,7 @@
 //! `reconcile` hold every API call.
 
 pub mod api;
+pub mod api_call;
 pub mod app;
 pub mod crdt;
 pub mod engine;

@@ -204,15 +204,11 @@ async fn publish_event(
         secondary: None,
     };
     let reference = kube::Resource::object_ref(rollout, &());
-    match tokio::time::timeout(
-        super::HUB_CALL_TIMEOUT,
-        recorder.publish(&event, &reference),
-    )
-    .await
+    let publish = recorder.publish(&event, &reference);
+    if let Err(error) =
+        crate::api_call::timed("record event", super::HUB_CALL_TIMEOUT, publish).await
     {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(reason, %error, "event not recorded"),
-        Err(_) => tracing::warn!(reason, "event not recorded: timed out"),
+        tracing::warn!(reason, %error, "event not recorded");
     }
 }
 

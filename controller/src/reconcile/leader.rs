@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use crate::api_call::CallError;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -46,32 +47,9 @@ pub enum LeaderError {
         /// What was being done.
         operation: &'static str,
     },
-    /// The API server answered with an error status.
-    #[error("{operation}: API server answered {code} {reason}")]
-    Api {
-        /// What was being done.
-        operation: &'static str,
-        /// HTTP status code.
-        code: u16,
-        /// The status reason (e.g. `Forbidden`).
-        reason: String,
-    },
-    /// The API server could not be reached.
-    #[error("{operation}: API server unreachable: {reason}")]
-    Unreachable {
-        /// What was being done.
-        operation: &'static str,
-        /// The transport error.
-        reason: String,
-    },
-    /// The API server did not answer in time.
-    #[error("{operation}: no answer within {after:?}")]
-    Timeout {
-        /// What was being done.
-        operation: &'static str,
-        /// The timeout.
-        after: Duration,
-    },
+    /// A call to the API server failed.
+    #[error(transparent)]
+    Call(CallError),
 }
 
 /// Where the Lease is, who we are, and the timings.
@@ -640,31 +618,21 @@ impl LeaderElector {
     }
 }
 
-/// Runs one API call with a timeout, keeping the HTTP code and reason, not the message.
+/// Runs one API call with a timeout; a 409 means another candidate wrote first.
 async fn call<T>(
     operation: &'static str,
     timeout: Duration,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<T, LeaderError> {
-    match tokio::time::timeout(timeout, request).await {
-        Err(_) => Err(LeaderError::Timeout {
-            operation,
-            after: timeout,
-        }),
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
-            Err(LeaderError::Conflict { operation })
-        }
-        Ok(Err(kube::Error::Api(status))) => Err(LeaderError::Api {
-            operation,
-            code: status.code,
-            reason: status.reason.clone(),
-        }),
-        Ok(Err(other)) => Err(LeaderError::Unreachable {
-            operation,
-            reason: other.to_string(),
-        }),
-    }
+    crate::api_call::timed(operation, timeout, request)
+        .await
+        .map_err(|error| {
+            if error.is_conflict() {
+                LeaderError::Conflict { operation }
+            } else {
+                LeaderError::Call(error)
+            }
+        })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::Recorder;
 
 use crate::api::ConfigRollout;
+use crate::api_call::CallError;
 use crate::crdt::{DigestKey, Hlc, Stamp, WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Observations};
 use crate::gates::GateProvider;
@@ -38,24 +39,9 @@ pub const HUB_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// configuration values.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// The hub's API server answered with an error status.
-    #[error("{operation}: API server answered {code} {reason}")]
-    Api {
-        /// What was being done.
-        operation: &'static str,
-        /// HTTP status code.
-        code: u16,
-        /// The status reason.
-        reason: String,
-    },
-    /// The hub's API server could not be reached or did not answer in time.
-    #[error("{operation}: {reason}")]
-    Unreachable {
-        /// What was being done.
-        operation: &'static str,
-        /// Transport error or timeout.
-        reason: String,
-    },
+    /// A call to the hub's API server failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
     /// A stored revision does not decode.
     #[error("stored revision {object} is malformed: {reason}")]
     MalformedRevision {
@@ -261,7 +247,7 @@ pub async fn reconcile(
         .observe_duration(patch_started.elapsed());
     ctx.metrics.status_patches_total.inc(match &written {
         Ok(_) => WriteResult::Ok,
-        Err(ReconcileError::Api { code: 409, .. }) => WriteResult::Conflict,
+        Err(ReconcileError::Call(error)) if error.is_conflict() => WriteResult::Conflict,
         Err(_) => WriteResult::Error,
     });
     written?;
@@ -319,28 +305,12 @@ async fn sample_gates(
     .await
 }
 
-/// Runs one hub API call with [`HUB_CALL_TIMEOUT`], keeping the HTTP code and reason but
-/// not the server's message (which can quote submitted values).
+/// Runs one hub API call with [`HUB_CALL_TIMEOUT`].
 pub(crate) async fn api_call<T>(
     operation: &'static str,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<T, ReconcileError> {
-    match tokio::time::timeout(HUB_CALL_TIMEOUT, request).await {
-        Err(_) => Err(ReconcileError::Unreachable {
-            operation,
-            reason: format!("no answer within {HUB_CALL_TIMEOUT:?}"),
-        }),
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(kube::Error::Api(status))) => Err(ReconcileError::Api {
-            operation,
-            code: status.code,
-            reason: status.reason.clone(),
-        }),
-        Ok(Err(other)) => Err(ReconcileError::Unreachable {
-            operation,
-            reason: other.to_string(),
-        }),
-    }
+    Ok(crate::api_call::timed(operation, HUB_CALL_TIMEOUT, request).await?)
 }
 
 #[cfg(test)]

@@ -42,11 +42,10 @@ async fn probe(clients: &RegionClients, region: &Region) -> RegionStatus {
     let answer = match clients.client(region).await {
         Err(error) => Err(error.to_string()),
         Ok(client) => {
-            match tokio::time::timeout(HUB_CALL_TIMEOUT, client.apiserver_version()).await {
-                Err(_) => Err(format!("no answer within {HUB_CALL_TIMEOUT:?}")),
-                Ok(Err(error)) => Err(error.to_string()),
-                Ok(Ok(info)) => Ok(info.git_version),
-            }
+            crate::api_call::timed("read version", HUB_CALL_TIMEOUT, client.apiserver_version())
+                .await
+                .map(|info| info.git_version)
+                .map_err(|error| error.to_string())
         }
     };
     match answer {

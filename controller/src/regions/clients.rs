@@ -100,14 +100,13 @@ impl RegionClients {
             name: reference.name.clone(),
             reason,
         };
-        match tokio::time::timeout(CALL_TIMEOUT, api.get(&reference.name)).await {
-            Err(_) => Err(unreadable(format!("no answer within {CALL_TIMEOUT:?}"))),
-            Ok(Err(kube::Error::Api(status))) => {
-                Err(unreadable(format!("{} {}", status.code, status.reason)))
-            }
-            Ok(Err(other)) => Err(unreadable(other.to_string())),
-            Ok(Ok(secret)) => Ok(secret),
-        }
+        crate::api_call::timed(
+            "read kubeconfig Secret",
+            CALL_TIMEOUT,
+            api.get(&reference.name),
+        )
+        .await
+        .map_err(|error| unreadable(error.to_string()))
     }
 }
 

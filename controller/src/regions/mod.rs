@@ -6,7 +6,7 @@ pub mod materialize;
 pub mod publication;
 pub mod store;
 
-use std::time::Duration;
+use crate::api_call::CallError;
 
 /// Why a region could not be read or written. Messages name objects, keys and HTTP
 /// reasons, never configuration values.
@@ -43,32 +43,9 @@ pub enum RegionError {
         /// Longest usable target name.
         limit: usize,
     },
-    /// The API server answered with an error status.
-    #[error("{operation}: API server answered {code} {reason}")]
-    Api {
-        /// What was being done.
-        operation: &'static str,
-        /// HTTP status code.
-        code: u16,
-        /// The status reason (e.g. `Conflict`, `Forbidden`).
-        reason: String,
-    },
-    /// The API server could not be reached.
-    #[error("{operation}: region unreachable: {reason}")]
-    Unreachable {
-        /// What was being done.
-        operation: &'static str,
-        /// The transport error.
-        reason: String,
-    },
-    /// The API server did not answer in time.
-    #[error("{operation}: no answer within {after:?}")]
-    Timeout {
-        /// What was being done.
-        operation: &'static str,
-        /// The timeout.
-        after: Duration,
-    },
+    /// A call to the region's API server failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
     /// Every attempt met a concurrent write.
     #[error("gave up after {attempts} conflicting writes")]
     TooManyConflicts {
@@ -102,6 +79,6 @@ impl RegionError {
     /// Whether the region could not be reached at all (as opposed to answering with an
     /// error or holding something we refuse to touch).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
+        matches!(self, Self::Call(call) if call.is_unreachable())
     }
 }

@@ -20,6 +20,7 @@ use super::materialize::{
     ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
 };
 use crate::api::DriftPolicy;
+use crate::api_call;
 use crate::crdt::{self, Delta, DigestKey, Replica, Stamp};
 
 /// How long one API call may take before the region counts as unreachable for this pass.
@@ -104,7 +105,7 @@ pub async fn materialize(
                     writes,
                 });
             }
-            Err(RegionError::Api { code: 409, .. }) => {
+            Err(RegionError::Call(error)) if error.is_conflict() => {
                 tracing::debug!(
                     target = target.name,
                     "conflicting write in region; reading again"
@@ -312,26 +313,10 @@ fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
     })
 }
 
-/// Runs one API call with [`CALL_TIMEOUT`], mapping its failure to a [`RegionError`] that
-/// carries the HTTP code and reason but not the server's message (which can quote values).
+/// Runs one region API call with [`CALL_TIMEOUT`].
 async fn call<T>(
     operation: &'static str,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<T, RegionError> {
-    match tokio::time::timeout(CALL_TIMEOUT, request).await {
-        Err(_) => Err(RegionError::Timeout {
-            operation,
-            after: CALL_TIMEOUT,
-        }),
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(kube::Error::Api(status))) => Err(RegionError::Api {
-            operation,
-            code: status.code,
-            reason: status.reason.clone(),
-        }),
-        Ok(Err(other)) => Err(RegionError::Unreachable {
-            operation,
-            reason: other.to_string(),
-        }),
-    }
+    Ok(api_call::timed(operation, CALL_TIMEOUT, request).await?)
 }
