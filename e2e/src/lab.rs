@@ -440,6 +440,48 @@ impl Lab {
         crate::LabChild::spawn(&self.programs, what, program, args, envs, &log)
     }
 
+    /// Creates a namespace in `cluster`, as the admin.
+    pub async fn create_namespace(&self, cluster: &str, name: &str) -> Result<(), LabError> {
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client(cluster, User::Admin)?);
+        let namespace = k8s_openapi::api::core::v1::Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        tokio::time::timeout(CALL_TIMEOUT, api.create(&Default::default(), &namespace))
+            .await
+            .map_err(|_| LabError::NotReady {
+                what: format!("namespace {name} in {cluster}"),
+                seconds: CALL_TIMEOUT.as_secs(),
+                detail: "no answer".to_owned(),
+            })??;
+        Ok(())
+    }
+
+    /// Starts a controller `binary` beside the lab, as the hub's controller user, with its
+    /// own namespace and `args`; its log is `<lab>/<identity>.log`.
+    pub fn start_controller(
+        &self,
+        binary: &Path,
+        identity: &str,
+        args: &[std::ffi::OsString],
+    ) -> Result<crate::LabChild, LabError> {
+        let mut all: Vec<std::ffi::OsString> =
+            ["--namespace", SYSTEM_NAMESPACE, "--identity", identity]
+                .iter()
+                .map(std::ffi::OsString::from)
+                .collect();
+        all.extend(args.iter().cloned());
+        let envs = [(
+            "KUBECONFIG".to_owned(),
+            self.kubeconfig(HUB, User::Controller)?.into_os_string(),
+        )];
+        self.spawn(identity, binary, &all, &envs)
+    }
+
     /// The lab's kubectl (same release as its API servers).
     pub fn kubectl(&self) -> PathBuf {
         self.programs.path(crate::gobuild::KUBECTL)

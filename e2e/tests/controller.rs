@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use configrollout::api::{ConfigRollout, Region, StageApproval, StageApprovalSpec};
 use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -77,39 +77,24 @@ impl World {
     }
 
     fn start_controller_on(&self, identity: &str, probe_addr: &str) -> LabChild {
-        let kubeconfig = self
-            .lab
-            .kubeconfig(HUB, User::Controller)
-            .expect("controller kubeconfig");
         let args: Vec<OsString> = [
-            "--namespace",
-            SYSTEM_NAMESPACE,
-            "--identity",
-            identity,
             "--lease-duration",
             LEASE,
             "--probe-addr",
             probe_addr,
             "--log-format",
             "json",
+            "--prometheus-url",
+            &self.lab.prometheus_url(),
         ]
         .iter()
         .map(OsString::from)
-        .chain([
-            OsString::from("--prometheus-url"),
-            OsString::from(self.lab.prometheus_url()),
-        ])
         .collect();
-        let envs = vec![
-            ("KUBECONFIG".to_owned(), kubeconfig.into_os_string()),
-            ("RUST_LOG".to_owned(), OsString::from("info")),
-        ];
         self.lab
-            .spawn(
-                identity,
+            .start_controller(
                 std::path::Path::new(env!("CARGO_BIN_EXE_lab-controller")),
+                identity,
                 &args,
-                &envs,
             )
             .expect("start controller")
     }
@@ -754,26 +739,13 @@ async fn the_deploy_manifests_are_valid(world: &World) {
 async fn controller_on_the_lab() {
     let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
     let hub = lab.client(HUB, User::Admin).expect("hub admin");
-    let namespaces: Api<Namespace> = Api::all(hub.clone());
-    let namespace = |name: &str| Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    within(
-        "create team namespace",
-        namespaces.create(&PostParams::default(), &namespace(TEAM)),
-    )
-    .await;
+    lab.create_namespace(HUB, TEAM)
+        .await
+        .expect("team namespace");
     for region in lab.regions() {
-        let api: Api<Namespace> = Api::all(lab.client(&region, User::Admin).expect("client"));
-        within(
-            "create app namespace",
-            api.create(&PostParams::default(), &namespace(APP)),
-        )
-        .await;
+        lab.create_namespace(&region, APP)
+            .await
+            .expect("app namespace");
     }
     let mut world = World { lab, hub };
     the_deploy_manifests_are_valid(&world).await;

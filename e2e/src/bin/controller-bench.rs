@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
-use configrollout_e2e::{HUB, Lab, LabOptions, SYSTEM_NAMESPACE, User};
+use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -54,33 +54,25 @@ async fn bench(runs: usize) -> BenchResult<()> {
         .await
         .map_err(|e| e.to_string())?;
     let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
-    create_namespace(&hub, NAMESPACE).await?;
+    lab.create_namespace(HUB, NAMESPACE)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut regions = BTreeMap::new();
     for region in lab.regions() {
+        lab.create_namespace(&region, TARGET_NAMESPACE)
+            .await
+            .map_err(|e| e.to_string())?;
         let client = lab
             .client(&region, User::Admin)
             .map_err(|e| e.to_string())?;
-        create_namespace(&client, TARGET_NAMESPACE).await?;
         regions.insert(region, client);
     }
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let controller = lab
-        .spawn(
-            "controller",
+        .start_controller(
             &me.with_file_name("lab-controller"),
-            &[
-                "--namespace",
-                SYSTEM_NAMESPACE,
-                "--probe-addr",
-                "127.0.0.1:0",
-            ]
-            .map(OsString::from),
-            &[(
-                "KUBECONFIG".to_owned(),
-                lab.kubeconfig(HUB, User::Controller)
-                    .map_err(|e| e.to_string())?
-                    .into_os_string(),
-            )],
+            "controller",
+            &["--probe-addr", "127.0.0.1:0"].map(OsString::from),
         )
         .map_err(|e| e.to_string())?;
     let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
@@ -238,21 +230,6 @@ async fn wait_materialized(region: &Client, name: &str, revision: &str) -> Bench
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn create_namespace(client: &Client, name: &str) -> BenchResult<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    api.create(&PostParams::default(), &namespace)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("create namespace {name}: {e}"))
 }
 
 /// Counts distinct resourceVersions of a target and its companion in one region.

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
-use configrollout_e2e::{HUB, Lab, LabOptions, SYSTEM_NAMESPACE, User};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use configrollout_e2e::{HUB, Lab, LabOptions, User};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 const NAMESPACE: &str = "team";
@@ -62,32 +62,21 @@ async fn demo(keep: bool) -> DemoResult<()> {
         .await
         .map_err(|e| e.to_string())?;
     let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
-    create_namespace(&hub, NAMESPACE).await?;
+    lab.create_namespace(HUB, NAMESPACE)
+        .await
+        .map_err(|e| e.to_string())?;
     for region in lab.regions() {
-        let client = lab
-            .client(&region, User::Admin)
+        lab.create_namespace(&region, TARGET_NAMESPACE)
+            .await
             .map_err(|e| e.to_string())?;
-        create_namespace(&client, TARGET_NAMESPACE).await?;
     }
 
     println!("Starting configrollout-controller as its own user...");
     let controller = lab
-        .spawn(
-            "controller",
+        .start_controller(
             &sibling("lab-controller")?,
-            &[
-                "--namespace",
-                SYSTEM_NAMESPACE,
-                "--probe-addr",
-                "127.0.0.1:0",
-            ]
-            .map(OsString::from),
-            &[(
-                "KUBECONFIG".to_owned(),
-                lab.kubeconfig(HUB, User::Controller)
-                    .map_err(|e| e.to_string())?
-                    .into_os_string(),
-            )],
+            "controller",
+            &["--probe-addr", "127.0.0.1:0"].map(OsString::from),
         )
         .map_err(|e| e.to_string())?;
 
@@ -190,21 +179,6 @@ async fn watch_until(rollouts: &Api<ConfigRollout>, phase: &str) -> DemoResult<(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-async fn create_namespace(client: &kube::Client, name: &str) -> DemoResult<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    api.create(&PostParams::default(), &namespace)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("create namespace {name}: {e}"))
 }
 
 /// A binary built beside this one (`make demo` builds the e2e crate's binaries).
