@@ -62,6 +62,8 @@ fn observations(
                 applied: applied.clone(),
                 rolled_back: None,
                 consumers: None,
+                drifted_keys: Vec::new(),
+                overridden_keys: Vec::new(),
             })
             .collect(),
         gate_samples: samples,

@@ -348,6 +348,37 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     for (region, counter) in ["region-1", "region-2", "region-3"].iter().zip(&counters) {
         assert_eq!(counter.writes(), 1, "{region}: target written once");
     }
+
+    // An out-of-band edit in one region is reported by key name, and left alone
+    // (driftPolicy Report).
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
+    let edit = serde_json::json!({"data": {"feature-x": "edited-by-hand"}});
+    within(
+        "edit target by hand",
+        maps.patch("limits", &PatchParams::default(), &Patch::Merge(&edit)),
+    )
+    .await;
+    let drifted = world.wait_condition("limits", "Drifted", PROGRESS).await;
+    let message = drifted
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Drifted"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("region-2 (feature-x)"), "{message}");
+    assert!(
+        !message.contains("edited-by-hand"),
+        "no value in the condition"
+    );
+    assert_eq!(
+        world
+            .target_data("region-2", "limits")
+            .await
+            .and_then(|d| d.get("feature-x").cloned())
+            .as_deref(),
+        Some("edited-by-hand"),
+        "Report leaves the edit in place"
+    );
 }
 
 async fn a_new_revision_mid_rollout_supersedes_the_old(world: &World) {

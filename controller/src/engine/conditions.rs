@@ -226,4 +226,26 @@ pub(super) fn refresh(step: &mut Step<'_>) {
             String::new()
         },
     );
+
+    drifted(step);
+}
+
+/// `Drifted`: managed keys edited out of band in some region (key names, never values).
+fn drifted(step: &mut Step<'_>) {
+    let drifted: Vec<String> = step
+        .status
+        .regions
+        .iter()
+        .filter(|region| !region.drifted_keys.is_empty())
+        .map(|region| format!("{} ({})", region.name, region.drifted_keys.join(", ")))
+        .collect();
+    if drifted.is_empty() {
+        set(step, conditions::DRIFTED, false, "InSync", String::new());
+        return;
+    }
+    let message = format!("keys edited out of band: {}", drifted.join("; "));
+    if !was_true(step, conditions::DRIFTED) {
+        step.event(EventType::Warning, "Drifted", message.clone());
+    }
+    set(step, conditions::DRIFTED, true, "OutOfBandEdit", message);
 }

@@ -59,6 +59,10 @@ pub struct RegionObservation {
     pub rolled_back: Option<String>,
     /// Consumer counts for the revision and pass the status names.
     pub consumers: Option<ConsumerObservation>,
+    /// Keys this rollout manages whose value in the region was edited out of band.
+    pub drifted_keys: Vec<String>,
+    /// Keys whose winning write in the region is a regional override.
+    pub overridden_keys: Vec<String>,
 }
 
 /// A revision as read back from a region.

@@ -99,6 +99,15 @@ pub(super) fn sync(step: &mut Step<'_>) {
         };
         region.reachable = Some(seen.reachable);
         region.last_error.clone_from(&seen.last_error);
+        // An unreachable region keeps what was last seen of it.
+        if seen.reachable {
+            if region.drifted_keys != seen.drifted_keys {
+                region.drifted_keys.clone_from(&seen.drifted_keys);
+            }
+            if region.overridden_keys != seen.overridden_keys {
+                region.overridden_keys.clone_from(&seen.overridden_keys);
+            }
+        }
 
         if let Some(applied) = &seen.applied
             && applied.revision == revision

@@ -27,8 +27,9 @@ use crate::telemetry::metrics::{Metrics, WriteResult};
 use act::ActInput;
 use revision_store::RevisionStore;
 
-/// How long to wait before looking again when nothing asked for an earlier time.
-pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
+/// How long to wait before looking again when nothing asked for an earlier time: regions
+/// are polled, not watched, so this bounds how late drift is noticed.
+pub const IDLE_REQUEUE: Duration = Duration::from_secs(60);
 /// How long to wait before retrying a reconcile that failed.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
 
@@ -351,6 +352,41 @@ mod tests {
             .iter()
             .filter(|action| matches!(action, Action::Publish { .. }))
             .count()
+    }
+
+    #[test]
+    fn out_of_band_edits_are_reported_by_key_name() {
+        let spec = spec();
+        let now = Utc::now();
+        let first = engine::step(&spec, &Default::default(), &observations(), now);
+        let mut drifted = observations();
+        drifted.regions[0].drifted_keys = vec!["rate".into()];
+        let decision = engine::step(&spec, &first.status, &drifted, now);
+        let condition = decision
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Drifted")
+            .expect("Drifted condition");
+        assert_eq!(condition.status, "True");
+        assert!(
+            condition.message.contains("region-1 (rate)"),
+            "{}",
+            condition.message
+        );
+        assert_eq!(
+            decision.status.regions[0].drifted_keys,
+            vec!["rate".to_owned()]
+        );
+
+        let healed = engine::step(&spec, &decision.status, &observations(), now);
+        let condition = healed
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Drifted")
+            .expect("Drifted condition");
+        assert_eq!(condition.status, "False");
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub async fn region(
     match store::inspect(&client, key, &target.namespace, &target.name).await {
         Ok(inspection) => {
             observation.reachable = true;
+            observation.drifted_keys = inspection.drifted_keys.clone();
+            observation.overridden_keys = inspection.overridden_keys.clone();
             if let Some(revision) = current {
                 let two_pass = *expand_contract == ExpandContract::Auto && revision.removes_keys();
                 let found = evidence(&inspection.replica, revision, two_pass);

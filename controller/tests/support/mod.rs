@@ -143,6 +143,8 @@ impl World {
                     applied: region.reachable.then(|| region.applied.clone()).flatten(),
                     rolled_back: region.rolled_back.clone(),
                     consumers: region.consumer_state.clone(),
+                    drifted_keys: Vec::new(),
+                    overridden_keys: Vec::new(),
                 })
                 .collect(),
             gate_samples,
