@@ -14,8 +14,12 @@ use std::hint::black_box;
 
 use configrollout::crdt::{Delta, Entry, Replica, Stamp, WriterId, decode, encode};
 use crdts::{CvRDT, LWWReg};
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::Measurement;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+
+#[path = "support/thread_cpu_time.rs"]
+mod thread_cpu_time;
+use thread_cpu_time::ThreadCpuTime;
 
 type Registers = BTreeMap<String, LWWReg<Option<String>, Stamp>>;
 
@@ -226,51 +230,6 @@ fn codec(c: &mut Criterion) {
     group.finish();
 }
 
-/// CPU time of the benchmarking thread: the machine the figures come from has 2 cores
-/// shared with other builds, and wall time there includes waiting for a core.
-struct ThreadCpuTime {
-    wall: WallTime,
-}
-
-fn thread_cpu_nanos() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid, writable timespec for the duration of the call.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    if status != 0 {
-        return 0;
-    }
-    let seconds = u64::try_from(time.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(time.tv_nsec).unwrap_or(0);
-    seconds * 1_000_000_000 + nanos
-}
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = u64;
-    type Value = std::time::Duration;
-
-    fn start(&self) -> u64 {
-        thread_cpu_nanos()
-    }
-    fn end(&self, started: u64) -> std::time::Duration {
-        std::time::Duration::from_nanos(thread_cpu_nanos().saturating_sub(started))
-    }
-    fn add(&self, a: &std::time::Duration, b: &std::time::Duration) -> std::time::Duration {
-        *a + *b
-    }
-    fn zero(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
-    fn to_f64(&self, value: &std::time::Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        self.wall.formatter()
-    }
-}
-
 fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
     full_merge_sizes(c, "full_merge_cpu_time", &[50_000]);
     delta_apply_named(c, "apply_delta_100_into_50k_cpu_time");
@@ -279,7 +238,7 @@ fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
 criterion_group!(benches, full_merge, delta_apply, codec);
 criterion_group! {
     name = cpu_time;
-    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    config = Criterion::default().with_measurement(ThreadCpuTime::new());
     targets = cpu_time_cases
 }
 criterion_main!(benches, cpu_time);

@@ -10,9 +10,12 @@ use configrollout::engine::{
     RegionObservation, gates_due, step,
 };
 use configrollout::gates::QueryResult;
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, criterion_group, criterion_main};
+
+#[path = "support/thread_cpu_time.rs"]
+mod thread_cpu_time;
 use serde_json::json;
+use thread_cpu_time::ThreadCpuTime;
 
 fn spec() -> Option<ConfigRolloutSpec> {
     let stages: Vec<_> = (0..5)
@@ -164,50 +167,6 @@ fn bench_step(c: &mut Criterion) {
     c.bench_function("status_clone_same_rollout", |b| b.iter(|| status.clone()));
 }
 
-/// CPU time of the benchmarking thread, so the figure does not depend on how many
-/// other processes share the cores (the lab machine has 2 cores and several builds).
-struct ThreadCpuTime {
-    wall: WallTime,
-}
-
-fn thread_cpu_nanos() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid, writable timespec for the duration of the call.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    if status != 0 {
-        return 0;
-    }
-    u64::try_from(time.tv_sec).unwrap_or(0) * 1_000_000_000
-        + u64::try_from(time.tv_nsec).unwrap_or(0)
-}
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = u64;
-    type Value = std::time::Duration;
-
-    fn start(&self) -> u64 {
-        thread_cpu_nanos()
-    }
-    fn end(&self, started: u64) -> std::time::Duration {
-        std::time::Duration::from_nanos(thread_cpu_nanos().saturating_sub(started))
-    }
-    fn add(&self, a: &std::time::Duration, b: &std::time::Duration) -> std::time::Duration {
-        *a + *b
-    }
-    fn zero(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
-    fn to_f64(&self, value: &std::time::Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        self.wall.formatter()
-    }
-}
-
 fn bench_step_cpu(c: &mut Criterion<ThreadCpuTime>) {
     let Some(spec) = spec() else {
         return;
@@ -229,7 +188,7 @@ fn bench_step_cpu(c: &mut Criterion<ThreadCpuTime>) {
 criterion_group!(benches, bench_step);
 criterion_group! {
     name = cpu_time;
-    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    config = Criterion::default().with_measurement(ThreadCpuTime::new());
     targets = bench_step_cpu
 }
 criterion_main!(benches, cpu_time);
