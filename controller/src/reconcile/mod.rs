@@ -178,16 +178,24 @@ pub async fn reconcile(
         .revision
         .as_ref()
         .and_then(|name| revisions.get(name));
-    let region_observations = futures::future::join_all(regions.iter().map(|region| {
-        observe::region(
-            &ctx.region_clients,
-            &ctx.digest_key,
-            region,
-            &rollout.spec.target,
-            current,
-            &rollout.spec.strategy.expand_contract,
-        )
-    }))
+    // Only the regions some stage selects are read: the engine's own selection, on
+    // labels alone, before any region IO.
+    let selected = selected_regions(&rollout.spec, &regions);
+    let region_observations = futures::future::join_all(
+        regions
+            .iter()
+            .filter(|region| selected.contains(region.name_any().as_str()))
+            .map(|region| {
+                observe::region(
+                    &ctx.region_clients,
+                    &ctx.digest_key,
+                    region,
+                    &rollout.spec.target,
+                    current,
+                    &rollout.spec.strategy.expand_contract,
+                )
+            }),
+    )
     .await;
     let gate_samples = sample_gates(&ctx, &rollout, &status, now).await;
     let changes = current.map(|revision| revision.changes_to(&desired));
@@ -268,6 +276,25 @@ pub async fn reconcile(
         decision.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
     Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
+}
+
+/// Names of the Regions the spec's stages select (by name or by label).
+fn selected_regions(
+    spec: &crate::api::ConfigRolloutSpec,
+    regions: &[crate::api::Region],
+) -> std::collections::BTreeSet<String> {
+    let labelled: Vec<engine::RegionObservation> = regions
+        .iter()
+        .map(|region| engine::RegionObservation {
+            name: region.name_any(),
+            labels: region.labels().clone(),
+            ..engine::RegionObservation::default()
+        })
+        .collect();
+    engine::selection::plan(spec, &labelled)
+        .all_regions()
+        .map(|(_, name)| name.to_owned())
+        .collect()
 }
 
 /// Records regions whose merge failed as unreachable, with the error. The engine sends a
@@ -352,6 +379,38 @@ mod tests {
             .iter()
             .filter(|action| matches!(action, Action::Publish { .. }))
             .count()
+    }
+
+    #[test]
+    fn only_regions_a_stage_selects_are_read() {
+        let region = |name: &str, tier: &str| crate::api::Region {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some([("tier".to_owned(), tier.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: None,
+        };
+        let spec: ConfigRolloutSpec = serde_json::from_value(serde_json::json!({
+            "target": {"namespace": "app", "name": "limits"},
+            "data": {"rate": "1"},
+            "stages": [
+                {"name": "canary", "regions": {"names": ["region-1"]}},
+                {"name": "prod", "regions": {"selector": {"matchLabels": {"tier": "prod"}}}},
+            ],
+        }))
+        .unwrap();
+        let regions = [
+            region("region-1", "canary"),
+            region("region-2", "prod"),
+            region("region-3", "staging"),
+        ];
+        let selected = selected_regions(&spec, &regions);
+        assert_eq!(
+            selected.into_iter().collect::<Vec<_>>(),
+            vec!["region-1".to_owned(), "region-2".to_owned()]
+        );
     }
 
     #[test]
