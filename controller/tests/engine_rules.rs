@@ -153,11 +153,49 @@ fn a_stage_with_consumers_passes_only_when_they_are_activated() {
         total: 3,
         delivered: 3,
         activated: 3,
+        restart_pending: false,
     });
     world.run(10, 1);
     assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
     let counts = world.status.regions[0].consumers.unwrap();
     assert_eq!((counts.total, counts.activated), (3, 3));
+}
+
+#[test]
+fn a_consumer_restart_that_did_not_land_is_asked_for_again() {
+    let mut value = three_stages();
+    value["consumers"] = json!([{"kind": "Deployment", "name": "api", "delivery": "Restart"}]);
+    let mut world = World::new(spec(value), &ALL);
+    world.region("c1").consumers = 3;
+    world.run(4, 1);
+    let restarts = |world: &World| {
+        world
+            .log
+            .iter()
+            .filter(|(_, action)| {
+                matches!(action, Action::RestartConsumers { region, .. } if region == "c1")
+            })
+            .count()
+    };
+    assert_eq!(restarts(&world), 1);
+
+    // The region still shows the old template: the restart was lost.
+    let pending = |restart_pending| configrollout::engine::ConsumerObservation {
+        revision: "r1".into(),
+        step: RevisionStep::Single,
+        total: 3,
+        delivered: 0,
+        activated: 0,
+        restart_pending,
+    };
+    world.region("c1").consumer_state = Some(pending(true));
+    world.run(1, 1);
+    assert_eq!(restarts(&world), 2);
+
+    // Once the template carries the marker, nothing more is asked while pods roll.
+    world.region("c1").consumer_state = Some(pending(false));
+    world.run(3, 1);
+    assert_eq!(restarts(&world), 2);
 }
 
 fn gated(gate: serde_json::Value) -> serde_json::Value {

@@ -89,6 +89,9 @@ pub struct ConsumerObservation {
     pub delivered: u32,
     /// Instances that report the revision.
     pub activated: u32,
+    /// Whether a `Restart` consumer has not been restarted for this revision and pass
+    /// yet (its restart was lost or has not been asked for).
+    pub restart_pending: bool,
 }
 
 /// One gate sample the reconcile took.

@@ -123,6 +123,18 @@ pub(super) fn sync(step: &mut Step<'_>) {
             if has_consumers && restarts {
                 restart_in.push(name.to_owned());
             }
+        } else if has_consumers
+            && restarts
+            && mark_is(region.materialized.as_ref(), &revision, pass)
+            && !mark_is(region.delivered.as_ref(), &revision, pass)
+            && seen.consumers.as_ref().is_some_and(|counts| {
+                counts.revision == revision && counts.step == pass && counts.restart_pending
+            })
+        {
+            // The restart asked for when the region materialized did not land (region
+            // down, write refused): ask again. Restarting is keyed on revision and pass,
+            // so asking twice restarts once.
+            restart_in.push(name.to_owned());
         }
 
         if let Some(counts) = &seen.consumers

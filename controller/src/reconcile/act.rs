@@ -9,12 +9,12 @@ use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 
 use super::revision_store::RevisionStore;
 use super::{Context, ReconcileError};
-use crate::api::{ConfigRollout, Region};
+use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
 use crate::engine::{Action, EventType};
-use crate::regions::RegionError;
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, TargetObject};
+use crate::regions::{RegionError, consumers};
 
 /// What acting did: counts for logs and metrics, and the regions whose merge failed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -97,16 +97,20 @@ pub async fn act(
                 record(&mut report, region, revision, "rollback", result);
             }
             Action::RestartConsumers {
-                region, revision, ..
-            } => {
-                // Consumers are refused as InvalidSpec until delivery lands, so the engine
-                // cannot ask for this; say so loudly if it ever does.
-                tracing::warn!(
-                    region,
-                    revision,
-                    "consumer restart requested but consumer delivery is not available"
-                );
-            }
+                region,
+                revision,
+                step,
+            } => match restart_consumers(ctx, &input, region, revision, *step).await {
+                Ok(restarted) => {
+                    report.region_writes += restarted;
+                    tracing::info!(region, revision, restarted, "consumers restarted");
+                }
+                // Not a failed merge: the region holds the revision. The next observation
+                // still sees the restart pending and the engine asks again.
+                Err(error) => {
+                    tracing::warn!(region, revision, %error, "consumer restart failed");
+                }
+            },
             Action::Event {
                 type_,
                 reason,
@@ -117,6 +121,45 @@ pub async fn act(
     Ok(report)
 }
 
+/// Restarts the `Restart` consumers in one region for `revision` at `pass`.
+async fn restart_consumers(
+    ctx: &Context,
+    input: &ActInput<'_>,
+    region_name: &str,
+    revision: &str,
+    pass: crate::api::RevisionStep,
+) -> Result<u32, RegionError> {
+    let client = region_client(ctx, input, region_name).await?;
+    let marker = consumers::restart_marker(revision, pass);
+    let mut restarted = 0;
+    for consumer in &input.rollout.spec.consumers {
+        if consumer.delivery == Delivery::Restart {
+            let namespace = &input.rollout.spec.target.namespace;
+            restarted += consumers::restart(&client, namespace, consumer, &marker).await?;
+        }
+    }
+    Ok(restarted)
+}
+
+async fn region_client(
+    ctx: &Context,
+    input: &ActInput<'_>,
+    region_name: &str,
+) -> Result<kube::Client, RegionError> {
+    let region = input
+        .regions
+        .get(region_name)
+        .ok_or_else(|| RegionError::UnknownRegion {
+            region: region_name.to_owned(),
+        })?;
+    ctx.region_clients
+        .client(region)
+        .await
+        .map_err(|source| RegionError::Client {
+            reason: source.to_string(),
+        })
+}
+
 async fn merge(
     ctx: &Context,
     input: &ActInput<'_>,
@@ -124,19 +167,7 @@ async fn merge(
     revision: &str,
     delta_for: impl Fn(&crate::crdt::Replica) -> Result<crate::crdt::Delta, RegionError>,
 ) -> Result<store::Materialized, RegionError> {
-    let region = input
-        .regions
-        .get(region_name)
-        .ok_or_else(|| RegionError::UnknownRegion {
-            region: region_name.to_owned(),
-        })?;
-    let client = ctx
-        .region_clients
-        .client(region)
-        .await
-        .map_err(|source| RegionError::Client {
-            reason: source.to_string(),
-        })?;
+    let client = region_client(ctx, input, region_name).await?;
     let rollout_ref = format!(
         "{}/{}",
         input.rollout.namespace().unwrap_or_default(),

@@ -168,12 +168,6 @@ pub async fn reconcile(
         spec_errors.push(error);
         BTreeMap::new()
     });
-    if !rollout.spec.consumers.is_empty() {
-        spec_errors.push(
-            "spec.consumers: consumer delivery and activation are not supported by this controller version"
-                .to_owned(),
-        );
-    }
     let current = status
         .revision
         .as_ref()
@@ -181,21 +175,22 @@ pub async fn reconcile(
     // Only the regions some stage selects are read: the engine's own selection, on
     // labels alone, before any region IO.
     let selected = selected_regions(&rollout.spec, &regions);
-    let region_observations = futures::future::join_all(
-        regions
-            .iter()
-            .filter(|region| selected.contains(region.name_any().as_str()))
-            .map(|region| {
-                observe::region(
-                    &ctx.region_clients,
-                    &ctx.digest_key,
-                    region,
-                    &rollout.spec.target,
-                    current,
-                    &rollout.spec.strategy.expand_contract,
-                )
-            }),
-    )
+    let region_observations = futures::future::join_all(regions.iter().filter_map(|region| {
+        let stage = selected.get(region.name_any().as_str())?;
+        Some(observe::region(
+            &ctx.region_clients,
+            &ctx.digest_key,
+            region,
+            &rollout.spec.target,
+            current,
+            &rollout.spec.strategy.expand_contract,
+            observe::ConsumerScope {
+                consumers: &rollout.spec.consumers,
+                stage,
+                gates: ctx.gates.as_ref(),
+            },
+        ))
+    }))
     .await;
     let gate_samples = sample_gates(&ctx, &rollout, &status, now).await;
     let changes = current.map(|revision| revision.changes_to(&desired));
@@ -278,11 +273,12 @@ pub async fn reconcile(
     Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
 }
 
-/// Names of the Regions the spec's stages select (by name or by label).
+/// The Regions the spec's stages select (by name or by label), each with the name of
+/// the stage that covers it.
 fn selected_regions(
     spec: &crate::api::ConfigRolloutSpec,
     regions: &[crate::api::Region],
-) -> std::collections::BTreeSet<String> {
+) -> BTreeMap<String, String> {
     let labelled: Vec<engine::RegionObservation> = regions
         .iter()
         .map(|region| engine::RegionObservation {
@@ -293,7 +289,7 @@ fn selected_regions(
         .collect();
     engine::selection::plan(spec, &labelled)
         .all_regions()
-        .map(|(_, name)| name.to_owned())
+        .filter_map(|(stage, name)| Some((name.to_owned(), spec.stages.get(stage)?.name.clone())))
         .collect()
 }
 
@@ -409,7 +405,10 @@ mod tests {
         let selected = selected_regions(&spec, &regions);
         assert_eq!(
             selected.into_iter().collect::<Vec<_>>(),
-            vec!["region-1".to_owned(), "region-2".to_owned()]
+            vec![
+                ("region-1".to_owned(), "canary".to_owned()),
+                ("region-2".to_owned(), "prod".to_owned())
+            ]
         );
     }
 

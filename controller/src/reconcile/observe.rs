@@ -9,10 +9,16 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::{ReconcileError, api_call};
-use crate::api::{ConfigRollout, ExpandContract, Region, StageApproval, TargetRef};
+use crate::api::{
+    ConfigRollout, Consumer, ExpandContract, Region, RevisionStep, StageApproval, TargetRef,
+};
 use crate::crdt::DigestKey;
-use crate::engine::{AppliedRevision, ApprovalObservation, Control, RegionObservation};
+use crate::engine::{
+    AppliedRevision, ApprovalObservation, ConsumerObservation, Control, RegionObservation,
+};
+use crate::gates::{GateProvider, TemplateValues, render};
 use crate::regions::clients::RegionClients;
+use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
 use crate::regions::store;
 
@@ -104,6 +110,17 @@ pub fn control(rollout: &ConfigRollout) -> Control {
     }
 }
 
+/// Where a region's consumers are counted: the declared consumers, the stage that covers
+/// the region (for `{{stage}}` in activation queries) and where queries run.
+pub struct ConsumerScope<'a> {
+    /// `spec.consumers`.
+    pub consumers: &'a [Consumer],
+    /// The stage covering the region.
+    pub stage: &'a str,
+    /// Where activation queries run.
+    pub gates: &'a dyn GateProvider,
+}
+
 /// What one region holds of the rollout's current revision.
 pub async fn region(
     clients: &RegionClients,
@@ -112,6 +129,7 @@ pub async fn region(
     target: &TargetRef,
     current: Option<&RevisionState>,
     expand_contract: &ExpandContract,
+    scope: ConsumerScope<'_>,
 ) -> RegionObservation {
     let mut observation = RegionObservation {
         name: region.name_any(),
@@ -139,6 +157,23 @@ pub async fn region(
                     digest: inspection.digest.clone(),
                 });
                 observation.rolled_back = found.rolled_back.then(|| revision.name.clone());
+                if let Some(pass) = found.applied
+                    && !scope.consumers.is_empty()
+                {
+                    match consumer_counts(
+                        &client,
+                        &observation.name,
+                        target,
+                        &revision.name,
+                        pass,
+                        &scope,
+                    )
+                    .await
+                    {
+                        Ok(counts) => observation.consumers = Some(counts),
+                        Err(error) => observation.last_error = Some(error.to_string()),
+                    }
+                }
             }
         }
         Err(error) => {
@@ -147,6 +182,56 @@ pub async fn region(
         }
     }
     observation
+}
+
+/// Counts the region's consumers of `revision` at `pass`: instances from the workloads'
+/// status, delivered from their template and status, activated from each consumer's
+/// `activationQuery` (delivered, for a consumer that has none). An activation query that
+/// cannot be answered counts nobody activated: the stage waits rather than passes.
+async fn consumer_counts(
+    client: &kube::Client,
+    region: &str,
+    target: &TargetRef,
+    revision: &str,
+    pass: RevisionStep,
+    scope: &ConsumerScope<'_>,
+) -> Result<ConsumerObservation, crate::regions::RegionError> {
+    let marker = restart_marker(revision, pass);
+    let mut observed = ConsumerObservation {
+        revision: revision.to_owned(),
+        step: pass,
+        total: 0,
+        delivered: 0,
+        activated: 0,
+        restart_pending: false,
+    };
+    for consumer in scope.consumers {
+        let workloads = consumers::workloads(client, &target.namespace, consumer).await?;
+        let counted = consumers::count(consumer, &workloads, &marker);
+        let activated = match &consumer.activation_query {
+            None => counted.delivered,
+            Some(template) => {
+                let values = TemplateValues {
+                    region,
+                    revision,
+                    stage: scope.stage,
+                };
+                // The template was checked when the spec was validated.
+                match render(template, &values) {
+                    Ok(query) => {
+                        let result = scope.gates.sample(Some(region), &query).await;
+                        activated_from(&result, counted.total).unwrap_or(0)
+                    }
+                    Err(_) => 0,
+                }
+            }
+        };
+        observed.total = observed.total.saturating_add(counted.total);
+        observed.delivered = observed.delivered.saturating_add(counted.delivered);
+        observed.activated = observed.activated.saturating_add(activated);
+        observed.restart_pending |= counted.restart_pending;
+    }
+    Ok(observed)
 }
 
 pub(super) fn from_k8s_time(time: &k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {

@@ -2,6 +2,7 @@
 //! back. [`materialize`] decides (pure); [`store`] does the API calls.
 
 pub mod clients;
+pub mod consumers;
 pub mod materialize;
 pub mod publication;
 pub mod store;

@@ -204,6 +204,7 @@ impl World {
                         total: fake.consumers,
                         delivered: fake.consumers,
                         activated: fake.consumers,
+                        restart_pending: false,
                     });
                 }
             }

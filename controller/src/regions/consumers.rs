@@ -1,0 +1,377 @@
+//! The workloads that read a target ConfigMap in one region (`spec.consumers`): how many
+//! instances they have, how many run the revision (Delivered), and the rolling restart
+//! that delivers it to `Restart` consumers.
+//!
+//! Delivery is judged from the objects the region's API server holds: the workload's
+//! status as its controller reports it (`replicas`, `updatedReplicas`, `readyReplicas`,
+//! `observedGeneration`). A `Restart` consumer counts as delivered only once its pod
+//! template carries this revision's restart marker and its controller has observed that
+//! template, so instances started before the restart never count.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::RegionError;
+use super::store::CALL_TIMEOUT;
+use crate::api::{Consumer, Delivery, RevisionStep, WorkloadKind};
+use crate::api_call;
+use crate::engine::selection::selector_matches;
+use crate::gates::QueryResult;
+
+/// Pod template annotation whose change makes the workload's controller replace its pods
+/// (as `kubectl rollout restart` does); its value names the revision and pass delivered.
+pub const RESTARTED_FOR_ANNOTATION: &str = "configrollout.dev/restarted-for";
+
+/// The restart marker of one revision and pass, e.g. `r7/Expand`.
+pub fn restart_marker(revision: &str, pass: RevisionStep) -> String {
+    format!("{revision}/{pass:?}")
+}
+
+/// What a workload's status says, whatever its kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkloadState {
+    /// Name, for logs.
+    pub name: String,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`: the template its controller acted on.
+    pub observed_generation: Option<i64>,
+    /// Instances wanted.
+    pub desired: u32,
+    /// Instances running the current template.
+    pub updated: u32,
+    /// Instances ready.
+    pub ready: u32,
+    /// The restart marker on its pod template, if any.
+    pub restart_marker: Option<String>,
+}
+
+impl WorkloadState {
+    /// Instances that run the revision whose restart marker is `marker`.
+    pub fn delivered(&self, delivery: Delivery, marker: &str) -> u32 {
+        match delivery {
+            // The kubelet refreshes a mounted ConfigMap in place: every ready instance
+            // sees the materialised revision without being replaced.
+            Delivery::Reload => self.ready.min(self.desired),
+            Delivery::Restart => {
+                let template_current = self.restart_marker.as_deref() == Some(marker);
+                let observed = match (self.generation, self.observed_generation) {
+                    (Some(generation), Some(observed)) => observed >= generation,
+                    _ => false,
+                };
+                if template_current && observed {
+                    self.updated.min(self.ready).min(self.desired)
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// Whether a `Restart` consumer still needs this revision's restart.
+    pub fn restart_pending(&self, marker: &str) -> bool {
+        self.restart_marker.as_deref() != Some(marker)
+    }
+}
+
+/// Counts of one declared consumer in a region.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumerCount {
+    /// Instances wanted, over every matching workload.
+    pub total: u32,
+    /// Instances running the revision.
+    pub delivered: u32,
+    /// Whether some matching workload has not been restarted for the revision yet.
+    pub restart_pending: bool,
+}
+
+/// Counts `consumer` from the states of the workloads it matches.
+pub fn count(consumer: &Consumer, workloads: &[WorkloadState], marker: &str) -> ConsumerCount {
+    let mut counted = ConsumerCount::default();
+    for workload in workloads {
+        counted.total = counted.total.saturating_add(workload.desired);
+        counted.delivered = counted
+            .delivered
+            .saturating_add(workload.delivered(consumer.delivery, marker));
+        if consumer.delivery == Delivery::Restart && workload.restart_pending(marker) {
+            counted.restart_pending = true;
+        }
+    }
+    counted
+}
+
+/// Instances an `activationQuery` says report the revision: the scalar, or the sum of the
+/// vector's elements (one per reporting series), at most `total`. No series is none
+/// activated yet; an error or a non-finite value is unknown (`None`).
+pub fn activated_from(result: &QueryResult, total: u32) -> Option<u32> {
+    let value = match result {
+        QueryResult::Scalar(value) => *value,
+        QueryResult::Vector(elements) => elements.iter().map(|(_, value)| *value).sum(),
+        QueryResult::Empty => 0.0,
+        QueryResult::Error(_) => return None,
+    };
+    if !value.is_finite() {
+        return None;
+    }
+    // Saturating float-to-int conversion; negative counts are none.
+    let instances = value.floor().max(0.0) as u64;
+    Some(u32::try_from(instances).unwrap_or(u32::MAX).min(total))
+}
+
+/// Reads the workloads `consumer` names or selects in `namespace`.
+pub async fn workloads(
+    client: &Client,
+    namespace: &str,
+    consumer: &Consumer,
+) -> Result<Vec<WorkloadState>, RegionError> {
+    match consumer.kind {
+        WorkloadKind::Deployment => {
+            matching::<Deployment>(client, namespace, consumer, |object| {
+                let spec = object.spec.as_ref();
+                let status = object.status.as_ref();
+                state_of(
+                    object,
+                    status.and_then(|s| s.observed_generation),
+                    spec.and_then(|s| s.replicas).unwrap_or(1),
+                    status.and_then(|s| s.updated_replicas).unwrap_or(0),
+                    status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                    spec.and_then(|s| s.template.metadata.as_ref()),
+                )
+            })
+            .await
+        }
+        WorkloadKind::StatefulSet => {
+            matching::<StatefulSet>(client, namespace, consumer, |object| {
+                let spec = object.spec.as_ref();
+                let status = object.status.as_ref();
+                state_of(
+                    object,
+                    status.and_then(|s| s.observed_generation),
+                    spec.and_then(|s| s.replicas).unwrap_or(1),
+                    status.and_then(|s| s.updated_replicas).unwrap_or(0),
+                    status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                    spec.and_then(|s| s.template.metadata.as_ref()),
+                )
+            })
+            .await
+        }
+        WorkloadKind::DaemonSet => {
+            matching::<DaemonSet>(client, namespace, consumer, |object| {
+                let status = object.status.as_ref();
+                state_of(
+                    object,
+                    status.and_then(|s| s.observed_generation),
+                    status.map_or(0, |s| s.desired_number_scheduled),
+                    status.and_then(|s| s.updated_number_scheduled).unwrap_or(0),
+                    status.map_or(0, |s| s.number_ready),
+                    object
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.template.metadata.as_ref()),
+                )
+            })
+            .await
+        }
+    }
+}
+
+/// Sets this revision's restart marker on the pod template of every workload `consumer`
+/// matches that does not carry it yet. Returns how many workloads were patched.
+pub async fn restart(
+    client: &Client,
+    namespace: &str,
+    consumer: &Consumer,
+    marker: &str,
+) -> Result<u32, RegionError> {
+    let pending: Vec<String> = workloads(client, namespace, consumer)
+        .await?
+        .into_iter()
+        .filter(|workload| workload.restart_pending(marker))
+        .map(|workload| workload.name)
+        .collect();
+    let patch = Patch::Merge(json!({
+        "spec": {"template": {"metadata": {"annotations": {RESTARTED_FOR_ANNOTATION: marker}}}}
+    }));
+    let params = PatchParams::default();
+    for name in &pending {
+        match consumer.kind {
+            WorkloadKind::Deployment => {
+                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                call("restart consumer", api.patch(name, &params, &patch)).await?;
+            }
+            WorkloadKind::StatefulSet => {
+                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+                call("restart consumer", api.patch(name, &params, &patch)).await?;
+            }
+            WorkloadKind::DaemonSet => {
+                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+                call("restart consumer", api.patch(name, &params, &patch)).await?;
+            }
+        }
+    }
+    Ok(u32::try_from(pending.len()).unwrap_or(u32::MAX))
+}
+
+async fn matching<K>(
+    client: &Client,
+    namespace: &str,
+    consumer: &Consumer,
+    state: impl Fn(&K) -> WorkloadState,
+) -> Result<Vec<WorkloadState>, RegionError>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    if let Some(name) = &consumer.name {
+        let found = call("read consumer", api.get_opt(name)).await?;
+        return Ok(found.iter().map(state).collect());
+    }
+    let Some(selector) = &consumer.selector else {
+        return Ok(Vec::new());
+    };
+    // Selected in process with the same matcher as stage selectors, so both follow one
+    // reading of Kubernetes selector semantics.
+    let listed = call("list consumers", api.list(&ListParams::default())).await?;
+    Ok(listed
+        .items
+        .iter()
+        .filter(|object| selector_matches(selector, object.labels()))
+        .map(state)
+        .collect())
+}
+
+fn state_of<K: Resource>(
+    object: &K,
+    observed_generation: Option<i64>,
+    desired: i32,
+    updated: i32,
+    ready: i32,
+    template: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+) -> WorkloadState {
+    let count = |n: i32| u32::try_from(n).unwrap_or(0);
+    let annotations: Option<&BTreeMap<String, String>> =
+        template.and_then(|meta| meta.annotations.as_ref());
+    WorkloadState {
+        name: object.meta().name.clone().unwrap_or_default(),
+        generation: object.meta().generation,
+        observed_generation,
+        desired: count(desired),
+        updated: count(updated),
+        ready: count(ready),
+        restart_marker: annotations.and_then(|a| a.get(RESTARTED_FOR_ANNOTATION).cloned()),
+    }
+}
+
+async fn call<T>(
+    operation: &'static str,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<T, RegionError> {
+    Ok(api_call::timed(operation, CALL_TIMEOUT, request).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumer(delivery: Delivery) -> Consumer {
+        serde_json::from_value(json!({
+            "kind": "Deployment", "name": "api", "delivery": delivery,
+        }))
+        .unwrap()
+    }
+
+    fn deployment(marker: Option<&str>, generation: i64, observed: i64) -> WorkloadState {
+        WorkloadState {
+            name: "api".into(),
+            generation: Some(generation),
+            observed_generation: Some(observed),
+            desired: 3,
+            updated: 2,
+            ready: 3,
+            restart_marker: marker.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn restart_counts_only_instances_of_the_restarted_template() {
+        let marker = restart_marker("r2", RevisionStep::Single);
+        let restarted = count(
+            &consumer(Delivery::Restart),
+            &[deployment(Some(&marker), 4, 4)],
+            &marker,
+        );
+        assert_eq!(
+            restarted,
+            ConsumerCount {
+                total: 3,
+                delivered: 2,
+                restart_pending: false
+            }
+        );
+    }
+
+    #[test]
+    fn restart_counts_nothing_before_the_controller_observed_the_template() {
+        let marker = restart_marker("r2", RevisionStep::Single);
+        let unobserved = count(
+            &consumer(Delivery::Restart),
+            &[deployment(Some(&marker), 5, 4)],
+            &marker,
+        );
+        assert_eq!(unobserved.delivered, 0);
+        let previous = restart_marker("r1", RevisionStep::Single);
+        let old_template = count(
+            &consumer(Delivery::Restart),
+            &[deployment(Some(&previous), 4, 4)],
+            &marker,
+        );
+        assert_eq!(old_template.delivered, 0);
+        assert!(old_template.restart_pending);
+    }
+
+    #[test]
+    fn reload_counts_ready_instances_without_a_restart() {
+        let marker = restart_marker("r2", RevisionStep::Expand);
+        let reloaded = count(
+            &consumer(Delivery::Reload),
+            &[deployment(None, 4, 3), deployment(None, 1, 1)],
+            &marker,
+        );
+        assert_eq!(
+            reloaded,
+            ConsumerCount {
+                total: 6,
+                delivered: 6,
+                restart_pending: false
+            }
+        );
+    }
+
+    #[test]
+    fn activation_is_the_count_the_query_reports_bounded_by_the_instances() {
+        let series = |value: f64| (crate::gates::Labels::new(), value);
+        assert_eq!(activated_from(&QueryResult::Scalar(2.0), 3), Some(2));
+        assert_eq!(
+            activated_from(&QueryResult::Vector(vec![series(1.0), series(1.0)]), 3),
+            Some(2)
+        );
+        assert_eq!(activated_from(&QueryResult::Scalar(9.0), 3), Some(3));
+        assert_eq!(activated_from(&QueryResult::Empty, 3), Some(0));
+        assert_eq!(activated_from(&QueryResult::Scalar(f64::NAN), 3), None);
+        assert_eq!(activated_from(&QueryResult::Error("down".into()), 3), None);
+    }
+
+    #[test]
+    fn the_marker_names_revision_and_pass() {
+        assert_eq!(restart_marker("r7", RevisionStep::Contract), "r7/Contract");
+    }
+}
