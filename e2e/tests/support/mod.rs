@@ -1,0 +1,235 @@
+//! What the end-to-end test binaries share: bounded calls, polling, and a `World` of one
+//! lab and the hub's admin client, with the reads every scenario makes.
+
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout_e2e::{HUB, Lab, LabChild, User};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+pub const TEAM: &str = "team";
+pub const APP: &str = "app";
+/// Bound on each single API call of the test.
+pub const CALL: Duration = Duration::from_secs(20);
+/// Bound on waiting for the controller to get somewhere.
+pub const PROGRESS: Duration = Duration::from_secs(120);
+/// Lease duration of the controllers under test: short, so a take-over is quick.
+pub const LEASE: &str = "6s";
+pub async fn within<T, E: std::fmt::Debug>(
+    what: &str,
+    call: impl Future<Output = Result<T, E>>,
+) -> T {
+    match tokio::time::timeout(CALL, call).await {
+        Ok(Ok(value)) => value,
+        Ok(Err(e)) => panic!("{what}: {e:?}"),
+        Err(_) => panic!("{what}: no answer within {CALL:?}"),
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `deadline` with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub struct World {
+    pub lab: Lab,
+    pub hub: Client,
+}
+
+impl World {
+    pub fn region(&self, name: &str) -> Client {
+        self.lab.client(name, User::Admin).expect("region client")
+    }
+
+    pub fn rollouts(&self) -> Api<ConfigRollout> {
+        Api::namespaced(self.hub.clone(), TEAM)
+    }
+
+    pub fn start_controller(&self, identity: &str) -> LabChild {
+        self.start_controller_on(identity, "127.0.0.1:0")
+    }
+
+    pub fn start_controller_on(&self, identity: &str, probe_addr: &str) -> LabChild {
+        let args: Vec<OsString> = [
+            "--lease-duration",
+            LEASE,
+            "--probe-addr",
+            probe_addr,
+            "--log-format",
+            "json",
+            "--prometheus-url",
+            &self.lab.prometheus_url(),
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        self.lab
+            .start_controller(
+                std::path::Path::new(env!("CARGO_BIN_EXE_lab-controller")),
+                identity,
+                &args,
+            )
+            .expect("start controller")
+    }
+
+    pub async fn create_rollout(&self, yaml: &str) -> ConfigRollout {
+        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        within(
+            "create rollout",
+            self.rollouts().create(&PostParams::default(), &rollout),
+        )
+        .await
+    }
+
+    pub async fn rollout(&self, name: &str) -> ConfigRollout {
+        within("read rollout", self.rollouts().get(name)).await
+    }
+
+    pub async fn wait_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        deadline: Duration,
+    ) -> ConfigRollout {
+        eventually(&format!("{name}: condition {type_}"), deadline, || async {
+            let rollout = self.rollout(name).await;
+            condition_true(&rollout, type_).then_some(rollout)
+        })
+        .await
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: &str, deadline: Duration) -> ConfigRollout {
+        eventually(&format!("{name}: phase {phase}"), deadline, || async {
+            let rollout = self.rollout(name).await;
+            (phase_of(&rollout).as_deref() == Some(phase)).then_some(rollout)
+        })
+        .await
+    }
+
+    pub async fn target_data(&self, region: &str, name: &str) -> Option<BTreeMap<String, String>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.region(region), APP);
+        within("read target", api.get_opt(name))
+            .await
+            .map(|cm| cm.data.unwrap_or_default())
+    }
+
+    pub async fn approve(&self, user: User, rollout: &str, stage: &str, revision: &str) {
+        let approver = user.name().to_owned();
+        let client = self.lab.client(HUB, user).expect("approver client");
+        let api: Api<StageApproval> = Api::namespaced(client, TEAM);
+        let approval = StageApproval {
+            metadata: ObjectMeta {
+                name: Some(format!("{rollout}-{stage}-{revision}")),
+                ..ObjectMeta::default()
+            },
+            spec: StageApprovalSpec {
+                rollout: rollout.to_owned(),
+                stage: stage.to_owned(),
+                revision: revision.to_owned(),
+                approver,
+                reason: Some("checked the canary dashboards".to_owned()),
+            },
+        };
+        within(
+            "create approval",
+            api.create(&PostParams::default(), &approval),
+        )
+        .await;
+    }
+}
+
+pub fn condition_true(rollout: &ConfigRollout, type_: &str) -> bool {
+    rollout.status.as_ref().is_some_and(|status| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    })
+}
+
+pub fn phase_of(rollout: &ConfigRollout) -> Option<String> {
+    let status = rollout.status.as_ref()?;
+    let phase = serde_json::to_value(status.phase.as_ref()?).ok()?;
+    phase.as_str().map(str::to_owned)
+}
+
+pub fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+pub fn region_status<'a>(
+    rollout: &'a ConfigRollout,
+    region: &str,
+) -> Option<&'a configrollout::api::RegionRolloutStatus> {
+    rollout
+        .status
+        .as_ref()?
+        .regions
+        .iter()
+        .find(|r| r.name == region)
+}
+
+/// Counts the writes to one ConfigMap in one region, from a watch started before them.
+pub struct WriteCounter {
+    task: tokio::task::JoinHandle<()>,
+    versions: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl WriteCounter {
+    pub fn start(client: Client, name: &str) -> Self {
+        let api: Api<ConfigMap> = Api::namespaced(client, APP);
+        let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = versions.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let task = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::Apply(cm)) = event {
+                    let version = cm.resource_version().unwrap_or_default();
+                    let mut seen = seen.lock().unwrap();
+                    if !seen.contains(&version) {
+                        seen.push(version);
+                    }
+                }
+            }
+        });
+        Self { task, versions }
+    }
+
+    pub fn writes(&self) -> usize {
+        self.versions.lock().unwrap().len()
+    }
+}
+
+impl Drop for WriteCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
