@@ -176,8 +176,8 @@ async fn merge(
     let target = TargetObject {
         namespace: &input.rollout.spec.target.namespace,
         name: &input.rollout.spec.target.name,
-        rollout: &rollout_ref,
-        revision,
+        rollout: Some(&rollout_ref),
+        revision: Some(revision),
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {

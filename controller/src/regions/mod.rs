@@ -4,6 +4,7 @@
 pub mod clients;
 pub mod consumers;
 pub mod materialize;
+pub mod overrides;
 pub mod publication;
 pub mod store;
 
@@ -68,6 +69,12 @@ pub enum RegionError {
     /// The compensating delta could not be built.
     #[error("rollback: {reason}")]
     Compensation {
+        /// Why.
+        reason: String,
+    },
+    /// An override's changes do not form an override delta.
+    #[error("override: {reason}")]
+    Override {
         /// Why.
         reason: String,
     },

@@ -37,10 +37,12 @@ pub struct TargetObject<'a> {
     pub namespace: &'a str,
     /// Name of the target ConfigMap.
     pub name: &'a str,
-    /// `<namespace>/<name>` of the managing rollout, for the annotation.
-    pub rollout: &'a str,
-    /// The revision being merged (`r3`), for the annotation.
-    pub revision: &'a str,
+    /// `<namespace>/<name>` of the managing rollout, for the annotation; `None` (a
+    /// regional override) keeps the annotation as it is.
+    pub rollout: Option<&'a str>,
+    /// The revision being merged (`r3`), for the annotation; `None` (a regional
+    /// override) keeps the annotation as it is.
+    pub revision: Option<&'a str>,
 }
 
 /// The evidence of one materialisation, read back from the region.
@@ -230,8 +232,12 @@ async fn write_plan(
     let annotate = |object: &mut ConfigMap| {
         let annotations = object.annotations_mut();
         annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
-        annotations.insert(REVISION_ANNOTATION.to_owned(), target.revision.to_owned());
-        annotations.insert(ROLLOUT_ANNOTATION.to_owned(), target.rollout.to_owned());
+        if let Some(revision) = target.revision {
+            annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_owned());
+        }
+        if let Some(rollout) = target.rollout {
+            annotations.insert(ROLLOUT_ANNOTATION.to_owned(), rollout.to_owned());
+        }
     };
     // A new target is created whole, so that a first publish writes it once; the
     // companion follows, owned by it (see `plan` for an interrupted creation).
@@ -287,11 +293,13 @@ async fn write_plan(
 
     let needs_target_write = !created
         && (plan.target_changed
-            || target_object
-                .annotations()
-                .get(REVISION_ANNOTATION)
-                .map(String::as_str)
-                != Some(target.revision));
+            || target.revision.is_some_and(|revision| {
+                target_object
+                    .annotations()
+                    .get(REVISION_ANNOTATION)
+                    .map(String::as_str)
+                    != Some(revision)
+            }));
     if needs_target_write {
         let mut updated = target_object;
         updated.data = Some(plan.target_data.clone());

@@ -1,0 +1,43 @@
+//! Regional emergency overrides: a person's writes into one region's replica under the
+//! writer `override:<user>`, merged like any other delta. A revision declared after the
+//! override wins over it; one declared before it that arrives later does not, so a stale
+//! staged rollout never clobbers an emergency fix. The plugin's `override` command is a
+//! front end to [`write_override`].
+
+use std::collections::BTreeMap;
+
+use kube::Client;
+
+use super::RegionError;
+use super::store::{self, DriftHandling, Materialized, TargetObject};
+use crate::api::DriftPolicy;
+use crate::crdt::{DigestKey, Stamp, override_delta};
+
+/// Merges `changes` (`Some(value)` sets a key, `None` removes it) into the target
+/// `namespace/name` of the region `client` reaches, under `stamp`, whose writer must be an
+/// `override:` writer. The target's rollout and revision annotations are kept; edits made
+/// out of band are reported, never adopted or reverted, by an override.
+pub async fn write_override(
+    client: &Client,
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+    stamp: Stamp,
+    changes: &BTreeMap<String, Option<String>>,
+) -> Result<Materialized, RegionError> {
+    let changes = changes.iter().map(|(key, value)| (key, value.as_deref()));
+    let delta = override_delta(stamp, changes).map_err(|source| RegionError::Override {
+        reason: source.to_string(),
+    })?;
+    let target = TargetObject {
+        namespace,
+        name,
+        rollout: None,
+        revision: None,
+    };
+    let drift = DriftHandling {
+        policy: &DriftPolicy::Report,
+        adopt_stamp: None,
+    };
+    store::materialize(client, key, &target, drift, |_| Ok(delta.clone())).await
+}
