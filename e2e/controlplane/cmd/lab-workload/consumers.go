@@ -108,7 +108,7 @@ func (w *workload) load(src configSource, cfg loadedConfig) {
 	}
 	switch {
 	case !cfg.present:
-		log.Printf("config %s: absent, consumers drop their configuration", src)
+		log.Printf("config %s: absent, consumers run without configuration", src)
 	case cfg.valid:
 		log.Printf("config %s: loaded revision %q, keys %v", src, cfg.revision, cfg.keys)
 	default:

@@ -119,6 +119,8 @@ func (w *workload) watchSource(ctx context.Context, generation uint64, src confi
 		}
 		if err != nil {
 			log.Printf("config %s: %v; retrying in %v", src, err, backoff)
+		} else {
+			log.Printf("config %s: watch closed; listing again in %v", src, backoff)
 		}
 		select {
 		case <-ctx.Done():
