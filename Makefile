@@ -2,11 +2,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds crdcheck lab lab-bench demo controller-bench
+.PHONY: test deps lint unit crds crdcheck labcheck lab lab-bench demo controller-bench
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
-test: deps lint unit crdcheck
+test: deps lint unit crdcheck labcheck
 
 deps:
 	bash scripts/install-deps
@@ -35,6 +35,11 @@ lab-bench:
 # code (structural schema, CEL compile and cost, defaulting, CEL refusals), in process.
 crdcheck:
 	cd e2e/crdcheck && GOWORK=off go test -count=1 ./...
+
+# The lab's Go programs: gofmt, vet, and the workload's consumer rules (validation,
+# error ratio, metrics without values) as unit tests.
+labcheck:
+	cd e2e/controlplane && test -z "$$(gofmt -l .)" && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./cmd/...
 
 # The product on the local lab: hub + 3 regions, the controller, a two-stage rollout with
 # an approval, shown as it progresses. DEMO_ARGS=--keep leaves it running.

@@ -7,6 +7,7 @@ godebug default=go1.26
 require (
 	github.com/spf13/pflag v1.0.9
 	go.etcd.io/etcd/server/v3 v3.6.8
+	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3
 	k8s.io/apiserver v0.36.3
 	k8s.io/client-go v0.36.3
@@ -133,7 +134,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.36.3 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
 	k8s.io/cli-runtime v0.36.3 // indirect
 	k8s.io/cloud-provider v0.36.3 // indirect

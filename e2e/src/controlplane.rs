@@ -33,16 +33,20 @@ pub enum User {
     ApproverBob,
     /// Read-only (group `configrollout:viewers`).
     Viewer,
+    /// The regions' workloads, consumers of ConfigMaps (group
+    /// `configrollout:workloads`): get, list and watch ConfigMaps, nothing else.
+    Workload,
 }
 
 impl User {
     /// Every lab user.
-    pub const ALL: [User; 5] = [
+    pub const ALL: [User; 6] = [
         User::Admin,
         User::Controller,
         User::ApproverAlice,
         User::ApproverBob,
         User::Viewer,
+        User::Workload,
     ];
 
     /// The user name the apiserver authenticates.
@@ -53,6 +57,7 @@ impl User {
             User::ApproverAlice => "approver-alice",
             User::ApproverBob => "approver-bob",
             User::Viewer => "viewer",
+            User::Workload => "lab-workload",
         }
     }
 }

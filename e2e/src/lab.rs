@@ -15,7 +15,7 @@ use crate::controlplane::{ControlPlane, ReadyInfo};
 use crate::gobuild::{self, GoPrograms};
 use crate::manifests::{self, FIELD_MANAGER};
 use crate::prometheus::{self, DEFAULT_PROMETHEUS_BINARY, Prometheus, Sample};
-use crate::workload::Workload;
+use crate::workload::{ConfigLoad, ConfigSource, Workload};
 use crate::{LabError, User};
 
 /// Name of the hub cluster, where the CRDs, Regions and rollouts live.
@@ -154,7 +154,12 @@ impl Lab {
                 &root.join(&name),
                 &options.apiserver_args,
             )?;
-            let workload = Workload::spawn(&lab.programs, &name, &root.join("workloads"))?;
+            let workload = Workload::spawn(
+                &lab.programs,
+                &name,
+                &root.join("workloads"),
+                &plane.kubeconfig(User::Workload),
+            )?;
             lab.regions.push(RegionSlot {
                 name,
                 tier: tier(index),
@@ -351,7 +356,8 @@ impl Lab {
     }
 
     /// Stops a region's control plane (apiserver, then etcd), keeping its data. Its
-    /// workload keeps running. Blocks until the process has exited.
+    /// workload keeps running, its consumers on the configuration they have; its watch
+    /// retries until the region is started again. Blocks until the process has exited.
     pub fn stop_region(&mut self, name: &str) -> Result<(), LabError> {
         self.slot_mut(name)?.plane.stop();
         Ok(())
@@ -383,7 +389,59 @@ impl Lab {
             .await
     }
 
-    /// The base URL of a region's workload (`/metrics`, `/error-rate`).
+    /// Makes a region's workload follow the ConfigMap `namespace/name` in that region
+    /// (through the region's apiserver, as [`User::Workload`]), replacing any earlier
+    /// source. It returns at once; the workload lists and watches the object in the
+    /// background, retrying while the region is stopped or the object is missing.
+    ///
+    /// Each change of the object is a load ([`Lab::config_history`]); its 3 consumers
+    /// activate it one after another, consumer `i` after `i` x 200 ms, and then report
+    /// `configrollout_lab_consumer_revision{region,consumer,revision} 1` (one series per
+    /// consumer, for the `configrollout.dev/revision` annotation of what it runs), so
+    /// `count(configrollout_lab_consumer_revision{region="{{region}}",revision="{{revision}}"})`
+    /// is an activation query. A consumer running a `timeout_ms` that is not a decimal
+    /// integer in 1..=600000 fails half its share of requests: the region's error ratio
+    /// becomes `max(set_error_rate, 0.5 x consumers on the bad config / 3)`.
+    pub async fn watch_config(
+        &self,
+        region: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), LabError> {
+        self.slot(region)?
+            .workload
+            .watch_config(&self.http, namespace, name)
+            .await
+    }
+
+    /// [`Lab::watch_config`] in every region.
+    pub async fn watch_config_everywhere(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), LabError> {
+        for slot in &self.regions {
+            slot.workload
+                .watch_config(&self.http, namespace, name)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The ConfigMap a region's workload follows, and whether its watch is up now.
+    pub async fn config_source(&self, region: &str) -> Result<Option<ConfigSource>, LabError> {
+        self.slot(region)?.workload.config_source(&self.http).await
+    }
+
+    /// Every load of a region's workload, oldest first (its last 1000): when, which
+    /// revision, which key names. Shows, for example, that a key was still present in
+    /// every load before some time (expand and contract).
+    pub async fn config_history(&self, region: &str) -> Result<Vec<ConfigLoad>, LabError> {
+        self.slot(region)?.workload.config_history(&self.http).await
+    }
+
+    /// The base URL of a region's workload (`/metrics`, `/error-rate`, `/config-source`,
+    /// `/config-history`).
     pub fn workload_url(&self, region: &str) -> Result<String, LabError> {
         Ok(self.slot(region)?.workload.url()?.to_string())
     }
@@ -513,7 +571,10 @@ impl Lab {
                 }
             }
         }
-        out.push_str("\nworkloads (POST /error-rate?value=0.2 to change the error ratio):\n");
+        out.push_str(
+            "\nworkloads (POST /error-rate?value=0.2 to change the error ratio, \
+             POST /config-source?namespace=NS&name=NAME to consume a ConfigMap):\n",
+        );
         for slot in &self.regions {
             out.push_str(&format!(
                 "  {:<10} {}\n",

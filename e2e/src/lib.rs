@@ -5,7 +5,9 @@
 //! a hub and N regions, each an upstream `kube-apiserver` on an embedded etcd on
 //! loopback, with static-token users ([`User`]) and RBAC. Each region has a workload
 //! whose request and error counters Debian's Prometheus scrapes every second; tests turn
-//! its error ratio up and down with [`Lab::set_error_rate`]. The hub gets `crds/`, a
+//! its error ratio up and down with [`Lab::set_error_rate`]; it also consumes a ConfigMap
+//! of its region ([`Lab::watch_config`]), reports the revision each of its consumers
+//! activated, and fails requests while they run an invalid configuration. The hub gets `crds/`, a
 //! kubeconfig Secret and a `Region` object per region. Regions can be stopped and
 //! started again with their data. Dropping the lab stops every process it started.
 
@@ -28,3 +30,4 @@ pub use lab::{
 };
 pub use process::{process_alive, processes_mentioning};
 pub use prometheus::Sample;
+pub use workload::{ConfigLoad, ConfigSource};

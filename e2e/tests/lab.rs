@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use configrollout_e2e::manifests::{is_established, read_documents};
 use configrollout_e2e::{
-    HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, REGION_LABEL, SYSTEM_NAMESPACE, TIER_LABEL, User,
-    process_alive, processes_mentioning,
+    ConfigLoad, HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, REGION_LABEL, SYSTEM_NAMESPACE,
+    Sample, TIER_LABEL, User, process_alive, processes_mentioning,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -381,6 +381,232 @@ async fn prometheus_stops_and_starts_again_with_its_data(lab: &mut Lab) {
     .await;
 }
 
+/// Polls an instant query until `accept` holds for its result, or fails after the
+/// deadline with the last result seen.
+async fn poll_query(lab: &Lab, what: &str, query: &str, mut accept: impl FnMut(&[Sample]) -> bool) {
+    let started = Instant::now();
+    let mut last = Vec::new();
+    while started.elapsed() < PROMETHEUS_DEADLINE {
+        if let Ok(Ok(samples)) = tokio::time::timeout(CALL, lab.query_prometheus(query)).await {
+            if accept(&samples) {
+                return;
+            }
+            last = samples;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("{what}: not seen within {PROMETHEUS_DEADLINE:?}; `{query}` last gave {last:?}");
+}
+
+/// The single value of an instant query's result, if it has exactly one series.
+fn single(samples: &[Sample]) -> Option<f64> {
+    match samples {
+        [only] => Some(only.value),
+        _ => None,
+    }
+}
+
+const CONSUMED_NAMESPACE: &str = "consumed";
+const CONSUMED_NAME: &str = "service-config";
+/// Consumers per workload (`lab-workload --consumers`, the lab's default).
+const CONSUMERS: f64 = 3.0;
+
+fn revision_config_map(revision: &str, data: &[(&str, &str)]) -> ConfigMap {
+    let mut map = config_map(CONSUMED_NAME, data);
+    map.metadata.namespace = Some(CONSUMED_NAMESPACE.to_string());
+    map.metadata.annotations = Some(
+        [(
+            "configrollout.dev/revision".to_string(),
+            revision.to_string(),
+        )]
+        .into(),
+    );
+    map
+}
+
+/// Replaces the consumed ConfigMap's data and revision, keeping everything else.
+async fn publish(api: &Api<ConfigMap>, revision: &str, data: &[(&str, &str)]) {
+    let mut current = within("get the consumed ConfigMap", api.get(CONSUMED_NAME)).await;
+    let wanted = revision_config_map(revision, data);
+    current.data = wanted.data;
+    current.metadata.annotations = wanted.metadata.annotations;
+    within(
+        &format!("publish {revision}"),
+        api.replace(CONSUMED_NAME, &PostParams::default(), &current),
+    )
+    .await;
+}
+
+fn consumers_on(region: &str, revision: &str) -> String {
+    format!(
+        "count(configrollout_lab_consumer_revision{{region=\"{region}\",revision=\"{revision}\"}})"
+    )
+}
+
+fn error_ratio(region: &str) -> String {
+    format!(
+        "rate(configrollout_lab_errors_total{{region=\"{region}\"}}[5s]) \
+         / rate(configrollout_lab_requests_total{{region=\"{region}\"}}[5s])"
+    )
+}
+
+/// The workload of a region consumes a ConfigMap through that region's apiserver: its
+/// consumers report the revision they activated, an invalid `timeout_ms` really raises
+/// the error ratio the gates read, every load is in the history, and the watch survives
+/// a restart of the region.
+async fn the_workload_consumes_its_regions_configmap(lab: &mut Lab) {
+    let region = lab.regions()[0].clone();
+    lab.create_namespace(&region, CONSUMED_NAMESPACE)
+        .await
+        .expect("create the consumed namespace");
+    let api: Api<ConfigMap> = Api::namespaced(
+        lab.client(&region, User::Admin).expect("admin client"),
+        CONSUMED_NAMESPACE,
+    );
+    within(
+        "create r1",
+        api.create(
+            &PostParams::default(),
+            &revision_config_map("r1", &[("timeout_ms", "250"), ("greeting", "hello")]),
+        ),
+    )
+    .await;
+
+    lab.watch_config(&region, CONSUMED_NAMESPACE, CONSUMED_NAME)
+        .await
+        .expect("watch the ConfigMap");
+    let source = lab
+        .config_source(&region)
+        .await
+        .expect("config source")
+        .expect("a source is set");
+    assert_eq!(
+        (source.namespace.as_str(), source.name.as_str()),
+        (CONSUMED_NAMESPACE, CONSUMED_NAME)
+    );
+    poll_query(
+        lab,
+        "3 consumers on r1",
+        &consumers_on(&region, "r1"),
+        |s| single(s) == Some(CONSUMERS),
+    )
+    .await;
+    poll_query(
+        lab,
+        "every consumer's r1 is valid",
+        &format!("sum(configrollout_lab_consumer_config_valid{{region=\"{region}\"}})"),
+        |s| single(s) == Some(CONSUMERS),
+    )
+    .await;
+    // Low, and staying low: several consecutive samples once all consumers run r1.
+    let mut low_in_a_row = 0;
+    poll_query(lab, "a low error ratio on r1", &error_ratio(&region), |s| {
+        match single(s) {
+            Some(ratio) if ratio < 0.05 => low_in_a_row += 1,
+            _ => low_in_a_row = 0,
+        }
+        low_in_a_row >= 5
+    })
+    .await;
+    // Only the region that was told to watch reports consumers.
+    poll_query(
+        lab,
+        "consumer series in the watching region only",
+        "count by (region) (configrollout_lab_consumer_revision)",
+        |s| s.len() == 1 && s[0].labels.get("region") == Some(&region),
+    )
+    .await;
+
+    publish(&api, "r2", &[("timeout_ms", "0"), ("greeting", "hello")]).await;
+    poll_query(
+        lab,
+        "3 consumers on r2",
+        &consumers_on(&region, "r2"),
+        |s| single(s) == Some(CONSUMERS),
+    )
+    .await;
+    poll_query(
+        lab,
+        "no consumer reports r1 any more",
+        &consumers_on(&region, "r1"),
+        <[Sample]>::is_empty,
+    )
+    .await;
+    poll_query(
+        lab,
+        "every consumer's r2 is invalid",
+        &format!("sum(configrollout_lab_consumer_config_valid{{region=\"{region}\"}})"),
+        |s| single(s) == Some(0.0),
+    )
+    .await;
+    poll_query(
+        lab,
+        "the bad timeout_ms raises the error ratio",
+        &error_ratio(&region),
+        |s| single(s).is_some_and(|ratio| ratio > 0.2),
+    )
+    .await;
+
+    let history = within("config history", lab.config_history(&region)).await;
+    let keys = vec!["greeting".to_string(), "timeout_ms".to_string()];
+    let summary: Vec<(&str, &[String], bool, bool)> = history
+        .iter()
+        .map(|l: &ConfigLoad| (l.revision.as_str(), l.keys.as_slice(), l.present, l.valid))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("r1", keys.as_slice(), true, true),
+            ("r2", keys.as_slice(), true, false)
+        ],
+        "one load per change, oldest first, key names only"
+    );
+    assert!(history[0].time <= history[1].time, "{history:?}");
+
+    // The watch outlives its apiserver: stopped, started again, it picks up a new
+    // revision through the same region.
+    lab.stop_region(&region).expect("stop the region");
+    let started = Instant::now();
+    while lab
+        .config_source(&region)
+        .await
+        .expect("config source")
+        .is_some_and(|s| s.connected)
+    {
+        assert!(
+            started.elapsed() < PROMETHEUS_DEADLINE,
+            "the workload still claims a watch on a stopped apiserver"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    lab.start_region(&region).await.expect("start the region");
+    let api: Api<ConfigMap> = Api::namespaced(
+        lab.client(&region, User::Admin).expect("admin client"),
+        CONSUMED_NAMESPACE,
+    );
+    publish(&api, "r3", &[("timeout_ms", "250"), ("greeting", "hello")]).await;
+    poll_query(
+        lab,
+        "3 consumers on r3 after the restart",
+        &consumers_on(&region, "r3"),
+        |s| single(s) == Some(CONSUMERS),
+    )
+    .await;
+    poll_query(
+        lab,
+        "the error ratio falls back once the bad value is gone",
+        &error_ratio(&region),
+        |s| single(s).is_some_and(|ratio| ratio < 0.05),
+    )
+    .await;
+    let revisions: Vec<String> = within("config history", lab.config_history(&region))
+        .await
+        .into_iter()
+        .map(|l| l.revision)
+        .collect();
+    assert_eq!(revisions, ["r1", "r2", "r3"], "a reconnect is not a load");
+}
+
 #[test]
 fn the_lab_runs_real_clusters_and_prometheus_and_leaves_nothing_behind() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -404,6 +630,7 @@ fn the_lab_runs_real_clusters_and_prometheus_and_leaves_nothing_behind() {
         a_restarted_region_keeps_its_configmaps(&mut lab).await;
         prometheus_sees_each_region_error_rate_and_its_change(&lab).await;
         prometheus_stops_and_starts_again_with_its_data(&mut lab).await;
+        the_workload_consumes_its_regions_configmap(&mut lab).await;
 
         let pids = lab.pids();
         assert_eq!(

@@ -31,6 +31,7 @@ var labUsers = []labUser{
 	{Name: "approver-alice", Groups: []string{"configrollout:approvers"}},
 	{Name: "approver-bob", Groups: []string{"configrollout:approvers"}},
 	{Name: "viewer", Groups: []string{"configrollout:viewers"}},
+	{Name: "lab-workload", Groups: []string{"configrollout:workloads"}},
 }
 
 // state is what must survive a restart with the same data directory.
