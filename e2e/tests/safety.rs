@@ -1,0 +1,590 @@
+//! The safety half on real parts: metric gates read by a real Prometheus from the lab's
+//! workloads, which are real consumers (each watches its region's target ConfigMap and
+//! fails requests while the configuration it loaded is bad). A bad value is caught in the
+//! canary and halted or rolled back before it spreads; a dark Prometheus holds the
+//! rollout and then halts it. One lab for the whole binary; the scenarios run in order,
+//! each on its own rollout and target.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use configrollout::api::{ConfigRollout, SampleVerdict, StageState};
+use configrollout::crdt::{DigestKey, Stamp, WriterId};
+use configrollout::regions::overrides::write_override;
+use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, SYSTEM_NAMESPACE, User};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+
+mod support;
+
+use support::*;
+
+const REGIONS: [&str; 3] = ["region-1", "region-2", "region-3"];
+/// A value the workload accepts.
+const GOOD_TIMEOUT: &str = "250";
+/// A value the workload refuses (`timeout_ms` must be 1..=600000): its consumers fail
+/// half of their requests while they run it.
+const BAD_TIMEOUT: &str = "0";
+/// A value distinctive enough to grep for: it must not appear in logs, events, metrics
+/// or status.
+const BANNER: &str = "s3cr3t-banner-7d1a";
+/// Per-region error ratio over the last few scrapes.
+const ERROR_RATIO: &str = "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))";
+
+/// How a scenario's gate and canary stage are shaped.
+struct Shape {
+    on_failure: &'static str,
+    count: u32,
+    inconclusive_limit: u32,
+    canary_pause: Option<&'static str>,
+}
+
+impl Shape {
+    fn failing_fast(on_failure: &'static str) -> Self {
+        Self {
+            on_failure,
+            count: 3,
+            inconclusive_limit: 3,
+            canary_pause: None,
+        }
+    }
+}
+
+/// A two-stage rollout (canary region-1, then region-2 and region-3) whose stages are
+/// gated on the region's error ratio.
+fn gated_rollout(name: &str, timeout_ms: &str, shape: &Shape) -> String {
+    let pause = shape
+        .canary_pause
+        .map(|pause| format!("\n      pause: {{duration: {pause}}}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {name}}}
+  onFailure: {on_failure}
+  data:
+    timeout_ms: "{timeout_ms}"
+    banner: "{BANNER}"
+  gates:
+    - name: errors
+      query: '{ERROR_RATIO}'
+      condition: result < 0.1
+      interval: 2s
+      initialDelay: 4s
+      count: {count}
+      failureLimit: 0
+      inconclusiveLimit: {inconclusive_limit}
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+      gates: [errors]{pause}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+      gates: [errors]
+"#,
+        on_failure = shape.on_failure,
+        count = shape.count,
+        inconclusive_limit = shape.inconclusive_limit,
+    )
+}
+
+impl World {
+    /// Points every region's workload at the target `name`.
+    async fn consume(&self, name: &str) {
+        for region in REGIONS {
+            within(
+                "point the workload at the target",
+                self.lab.watch_config(region, APP, name),
+            )
+            .await;
+        }
+    }
+
+    async fn set_timeout(&self, name: &str, timeout_ms: &str) {
+        let patch = serde_json::json!({"spec": {"data": {"timeout_ms": timeout_ms}}});
+        within(
+            "change the rollout's data",
+            self.rollouts()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    }
+
+    async fn error_ratio(&self, region: &str) -> Option<f64> {
+        let query = ERROR_RATIO.replace("{{region}}", region);
+        let samples = self.lab.query_prometheus(&query).await.ok()?;
+        samples.first().map(|sample| sample.value)
+    }
+
+    async fn timeout_in(&self, region: &str, name: &str) -> Option<String> {
+        self.target_data(region, name)
+            .await
+            .and_then(|data| data.get("timeout_ms").cloned())
+    }
+}
+
+fn stage<'a>(rollout: &'a ConfigRollout, name: &str) -> &'a configrollout::api::StageStatus {
+    rollout
+        .status
+        .as_ref()
+        .and_then(|status| status.stages.iter().find(|stage| stage.name == name))
+        .unwrap_or_else(|| panic!("stage {name} in status"))
+}
+
+fn condition<'a>(
+    rollout: &'a ConfigRollout,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    rollout
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.iter().find(|c| c.type_ == type_))
+        .unwrap_or_else(|| panic!("condition {type_} in status"))
+}
+
+/// Declares a good revision and waits until every region holds it.
+async fn complete_with_good_value(world: &World, name: &str, shape: &Shape) {
+    world.consume(name).await;
+    world
+        .create_rollout(&gated_rollout(name, GOOD_TIMEOUT, shape))
+        .await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+    for region in REGIONS {
+        assert_eq!(
+            world.timeout_in(region, name).await.as_deref(),
+            Some(GOOD_TIMEOUT)
+        );
+    }
+}
+
+async fn a_bad_value_is_caught_in_the_canary_and_rolled_back(world: &World) {
+    let name = "timeouts-rollback";
+    complete_with_good_value(world, name, &Shape::failing_fast("Rollback")).await;
+    let later_stages: Vec<WriteCounter> = ["region-2", "region-3"]
+        .iter()
+        .map(|region| WriteCounter::start(world.region(region), name))
+        .collect();
+
+    world.set_timeout(name, BAD_TIMEOUT).await;
+    // The canary's consumers load the bad value and really fail requests.
+    eventually("the canary's error ratio rises", PROGRESS, || async {
+        world
+            .error_ratio("region-1")
+            .await
+            .filter(|ratio| *ratio > 0.2)
+    })
+    .await;
+    let rolled_back = world.wait_phase(name, "RolledBack", PROGRESS).await;
+
+    assert_eq!(
+        world.timeout_in("region-1", name).await.as_deref(),
+        Some(GOOD_TIMEOUT),
+        "the canary holds the previous value again"
+    );
+    for (region, counter) in ["region-2", "region-3"].iter().zip(&later_stages) {
+        assert_eq!(
+            world.timeout_in(region, name).await.as_deref(),
+            Some(GOOD_TIMEOUT)
+        );
+        assert_eq!(
+            counter.writes(),
+            0,
+            "{region} never received the bad revision"
+        );
+    }
+    let rolled = condition(&rolled_back, "RolledBack");
+    assert_eq!(rolled.status, "True");
+    let halted = condition(&rolled_back, "Halted");
+    assert_eq!(halted.reason, "GateFailed");
+    assert!(
+        halted.message.contains("errors") && halted.message.contains("region-1"),
+        "the condition names the gate and the region: {}",
+        halted.message
+    );
+    let canary = stage(&rolled_back, "canary");
+    assert_eq!(canary.state, StageState::Failed);
+    let failed = canary
+        .gates
+        .iter()
+        .flat_map(|gate| &gate.samples)
+        .find(|sample| sample.verdict == SampleVerdict::Failed)
+        .expect("the failing sample is in status");
+    let value: f64 = failed
+        .value
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("the failing sample's value");
+    assert!(value >= 0.1, "failed on {value}");
+    assert_eq!(stage(&rolled_back, "prod").state, StageState::Pending);
+
+    // The consumers reload the restored value and recover.
+    eventually("the canary's error ratio falls", PROGRESS, || async {
+        world
+            .error_ratio("region-1")
+            .await
+            .filter(|ratio| *ratio < 0.1)
+    })
+    .await;
+}
+
+async fn a_bad_value_halts_where_it_is(world: &World) {
+    let name = "timeouts-halt";
+    complete_with_good_value(world, name, &Shape::failing_fast("Halt")).await;
+    world.set_timeout(name, BAD_TIMEOUT).await;
+    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    let condition = condition(&halted, "Halted");
+    assert_eq!(condition.reason, "GateFailed");
+    assert!(
+        condition.message.contains("errors") && condition.message.contains("region-1"),
+        "{}",
+        condition.message
+    );
+
+    // Halt stops where it is: the canary keeps the bad value, nothing else is written.
+    let counters: Vec<WriteCounter> = REGIONS
+        .iter()
+        .map(|region| WriteCounter::start(world.region(region), name))
+        .collect();
+    // Time for the controller to do something if it were going to: several reconciles.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        world.timeout_in("region-1", name).await.as_deref(),
+        Some(BAD_TIMEOUT)
+    );
+    for (region, counter) in REGIONS.iter().zip(&counters) {
+        // The watch reports the object once when it starts; anything more is a write.
+        assert!(counter.writes() <= 1, "{region} was written after the halt");
+    }
+    for region in ["region-2", "region-3"] {
+        assert_eq!(
+            world.timeout_in(region, name).await.as_deref(),
+            Some(GOOD_TIMEOUT)
+        );
+    }
+    assert_eq!(
+        phase_of(&world.rollout(name).await).as_deref(),
+        Some("Halted")
+    );
+}
+
+async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
+    let name = "timeouts-dark";
+    let shape = Shape {
+        on_failure: "Halt",
+        count: 30,
+        inconclusive_limit: 2,
+        canary_pause: None,
+    };
+    world.consume(name).await;
+    world
+        .create_rollout(&gated_rollout(name, GOOD_TIMEOUT, &shape))
+        .await;
+    eventually("the canary verifies its gate", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let canary = rollout.status.as_ref()?.stages.first()?.clone();
+        (canary.state == StageState::Verifying).then_some(())
+    })
+    .await;
+    world.lab.stop_prometheus();
+
+    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    world
+        .lab
+        .start_prometheus()
+        .await
+        .expect("Prometheus starts again");
+    let gate = &stage(&halted, "canary").gates[0];
+    assert!(
+        gate.inconclusives > 2,
+        "halted past the inconclusive limit: {gate:?}"
+    );
+    assert!(
+        gate.samples
+            .iter()
+            .any(|sample| sample.verdict == SampleVerdict::Inconclusive),
+        "{gate:?}"
+    );
+    assert_eq!(condition(&halted, "Halted").reason, "GateFailed");
+    for region in ["region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region} received nothing while the gate could not be read"
+        );
+    }
+}
+
+async fn a_passing_gate_opens_the_next_stage_after_its_window_and_pause(world: &World) {
+    let name = "timeouts-bake";
+    let shape = Shape {
+        on_failure: "Halt",
+        count: 3,
+        inconclusive_limit: 3,
+        canary_pause: Some("5s"),
+    };
+    complete_with_good_value(world, name, &shape).await;
+    let done = world.rollout(name).await;
+    let canary = stage(&done, "canary");
+    let gate = &canary.gates[0];
+    assert!(gate.successes >= 3, "{gate:?}");
+    let last_sample = gate
+        .samples
+        .iter()
+        .map(|sample| sample.at.0.as_millisecond())
+        .max()
+        .expect("samples in status");
+    let prod_started = stage(&done, "prod")
+        .started_at
+        .as_ref()
+        .expect("prod started")
+        .0
+        .as_millisecond();
+    let passed = canary
+        .passed_at
+        .as_ref()
+        .expect("canary passed")
+        .0
+        .as_millisecond();
+    assert!(passed >= last_sample, "the canary passed after its window");
+    let bake_ms = prod_started - last_sample;
+    assert!(
+        bake_ms >= 5_000,
+        "prod started {bake_ms} ms after the canary's last sample; the pause is 5s"
+    );
+}
+
+fn plain_rollout(name: &str, limit: &str) -> String {
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {name}}}
+  data:
+    limit: "{limit}"
+    banner: "{BANNER}"
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+      progressDeadline: 10m
+"#
+    )
+}
+
+impl World {
+    /// Cuts the hub off from `region` (its apiserver keeps running, so people in the
+    /// region can still write): the Region's kubeconfig Secret is pointed at a closed
+    /// port. Returns the Secret's original data, for [`World::heal`].
+    async fn partition(&self, region: &str) -> BTreeMap<String, ByteString> {
+        let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), SYSTEM_NAMESPACE);
+        let name = self.lab.kubeconfig_secret(region).expect("secret name");
+        let secret = within("read kubeconfig Secret", secrets.get(&name)).await;
+        let original = secret.data.clone().expect("Secret data");
+        let mut kubeconfig: serde_yaml::Value =
+            serde_yaml::from_slice(&original[KUBECONFIG_SECRET_KEY].0).expect("kubeconfig");
+        for cluster in kubeconfig["clusters"].as_sequence_mut().expect("clusters") {
+            cluster["cluster"]["server"] = "https://127.0.0.1:9".into();
+        }
+        let cut = serde_yaml::to_string(&kubeconfig).expect("kubeconfig YAML");
+        self.put_kubeconfig(
+            &name,
+            BTreeMap::from([(
+                KUBECONFIG_SECRET_KEY.to_owned(),
+                ByteString(cut.into_bytes()),
+            )]),
+        )
+        .await;
+        original
+    }
+
+    async fn heal(&self, region: &str, original: BTreeMap<String, ByteString>) {
+        let name = self.lab.kubeconfig_secret(region).expect("secret name");
+        self.put_kubeconfig(&name, original).await;
+    }
+
+    async fn put_kubeconfig(&self, name: &str, data: BTreeMap<String, ByteString>) {
+        let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), SYSTEM_NAMESPACE);
+        let patch = serde_json::json!({"data": data});
+        within(
+            "write kubeconfig Secret",
+            secrets.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    }
+
+    async fn digest_key(&self) -> DigestKey {
+        let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), SYSTEM_NAMESPACE);
+        let secret = within("read digest key", secrets.get("configrollout-digest-key")).await;
+        let data = secret.data.expect("digest key data");
+        DigestKey::new(&data["key"].0).expect("digest key")
+    }
+
+    async fn set_limit(&self, name: &str, limit: &str) {
+        let patch = serde_json::json!({"spec": {"data": {"limit": limit}}});
+        within(
+            "change the rollout's data",
+            self.rollouts()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    }
+
+    async fn limit_in(&self, region: &str, name: &str) -> Option<String> {
+        self.target_data(region, name)
+            .await
+            .and_then(|data| data.get("limit").cloned())
+    }
+
+    /// Waits until the rollout's status names `revision` and says Complete.
+    async fn wait_complete(&self, name: &str, revision: &str) -> ConfigRollout {
+        eventually(
+            &format!("{name}: {revision} Complete"),
+            PROGRESS,
+            || async {
+                let rollout = self.rollout(name).await;
+                let current = rollout.status.as_ref()?.revision.as_deref() == Some(revision);
+                (current && condition_true(&rollout, "Complete")).then_some(rollout)
+            },
+        )
+        .await
+    }
+}
+
+async fn an_override_made_during_a_partition_survives_an_older_revision(world: &World) {
+    let name = "overrides";
+    world.create_rollout(&plain_rollout(name, "100")).await;
+    world.wait_complete(name, "r1").await;
+
+    let original = world.partition("region-3").await;
+    world.set_limit(name, "200").await;
+    eventually("r2 reaches the reachable regions", PROGRESS, || async {
+        let reached = world.limit_in("region-2", name).await.as_deref() == Some("200");
+        reached.then_some(())
+    })
+    .await;
+    assert_eq!(
+        world.limit_in("region-3", name).await.as_deref(),
+        Some("100")
+    );
+
+    // Someone on call in region-3 sets an emergency value there, after r2 was declared
+    // but before it could arrive.
+    let key = world.digest_key().await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    let now_ms = u64::try_from(now_ms).expect("milliseconds fit");
+    let stamp = Stamp::new(
+        now_ms,
+        0,
+        WriterId::override_by("alice").expect("override writer"),
+    );
+    let region_3 = world.region("region-3");
+    let changes = BTreeMap::from([("limit".to_owned(), Some("999".to_owned()))]);
+    let written = write_override(&region_3, &key, APP, name, stamp, &changes);
+    within("write the override", written).await;
+
+    world.heal("region-3", original).await;
+    let done = world.wait_complete(name, "r2").await;
+    assert_eq!(
+        world.limit_in("region-3", name).await.as_deref(),
+        Some("999"),
+        "the earlier-declared r2 arrived later and did not clobber the override"
+    );
+    let region_3 = region_status(&done, "region-3").expect("region-3 in status");
+    assert_eq!(region_3.overridden_keys, vec!["limit".to_owned()]);
+    for region in ["region-1", "region-2"] {
+        assert_eq!(world.limit_in(region, name).await.as_deref(), Some("200"));
+    }
+
+    // A revision declared after the override wins over it.
+    world.set_limit(name, "300").await;
+    let done = world.wait_complete(name, "r3").await;
+    for region in REGIONS {
+        assert_eq!(world.limit_in(region, name).await.as_deref(), Some("300"));
+    }
+    let region_3 = region_status(&done, "region-3").expect("region-3 in status");
+    assert!(region_3.overridden_keys.is_empty(), "{region_3:?}");
+}
+
+async fn no_value_leaves_the_regions(world: &World) {
+    let mut haystacks = Vec::new();
+    for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.starts_with("controller-") && name.ends_with(".log") {
+            let log = std::fs::read_to_string(&path).expect("controller log");
+            assert!(log.contains("region merged"), "{name} is a real log");
+            haystacks.push((name, log));
+        }
+    }
+    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
+    let events = within("list events", events.list(&Default::default())).await;
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|event| event.reason.as_deref() == Some("GateFailed")),
+        "gate failures are recorded as events"
+    );
+    haystacks.push((
+        "events".to_owned(),
+        serde_json::to_string(&events.items).expect("events JSON"),
+    ));
+    let rollouts = within("list rollouts", world.rollouts().list(&Default::default())).await;
+    for rollout in rollouts.items {
+        haystacks.push((
+            format!("status of {}", rollout.name_any()),
+            serde_json::to_string(&rollout.status).expect("status JSON"),
+        ));
+    }
+    for (place, text) in &haystacks {
+        assert!(
+            !text.contains(BANNER),
+            "a configuration value leaked into {place}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gates_on_the_lab() {
+    let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
+    let hub = lab.client(HUB, User::Admin).expect("hub admin");
+    lab.create_namespace(HUB, TEAM)
+        .await
+        .expect("team namespace");
+    for region in lab.regions() {
+        lab.create_namespace(&region, APP)
+            .await
+            .expect("app namespace");
+    }
+    let mut world = World { lab, hub };
+    let controller = world.start_controller("controller-gates");
+
+    a_bad_value_is_caught_in_the_canary_and_rolled_back(&world).await;
+    a_bad_value_halts_where_it_is(&world).await;
+    a_dark_prometheus_holds_the_rollout_then_halts_it(&mut world).await;
+    a_passing_gate_opens_the_next_stage_after_its_window_and_pause(&world).await;
+    an_override_made_during_a_partition_survives_an_older_revision(&world).await;
+    no_value_leaves_the_regions(&world).await;
+    controller.stop();
+}
