@@ -6,7 +6,7 @@
 //! each on its own rollout and target.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use configrollout::api::{ConfigRollout, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
@@ -522,6 +522,108 @@ async fn an_override_made_during_a_partition_survives_an_older_revision(world: &
     assert!(region_3.overridden_keys.is_empty(), "{region_3:?}");
 }
 
+fn renaming_rollout(name: &str, key: &str) -> String {
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {name}}}
+  data:
+    {key}: "{GOOD_TIMEOUT}"
+    banner: "{BANNER}"
+  strategy:
+    expandContract: Auto
+    contract: {{pause: {{duration: 5s}}}}
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+"#
+    )
+}
+
+/// When `region`'s workload first loaded a configuration with (`with == true`) or
+/// without `key`, after loading one that had it.
+async fn first_load(world: &World, region: &str, key: &str, with: bool) -> SystemTime {
+    let history = within("config history", world.lab.config_history(region)).await;
+    history
+        .iter()
+        .find(|load| load.present && load.keys.iter().any(|k| k == key) == with)
+        .map(|load| load.time)
+        .unwrap_or_else(|| {
+            panic!(
+                "{region}: no load {} {key}: {history:?}",
+                if with { "with" } else { "without" }
+            )
+        })
+}
+
+async fn a_renamed_key_disappears_only_after_every_region_has_the_new_one(world: &World) {
+    let name = "renamed";
+    world.consume(name).await;
+    world
+        .create_rollout(&renaming_rollout(name, "timeout"))
+        .await;
+    world.wait_complete(name, "r1").await;
+
+    // r2 renames `timeout` to `timeout_ms`: expand (add timeout_ms) through every stage,
+    // the contract pause, then contract (remove timeout) through every stage again.
+    // A merge patch removes a key by setting it to null.
+    let patch =
+        serde_json::json!({"spec": {"data": {"timeout": null, "timeout_ms": GOOD_TIMEOUT}}});
+    within(
+        "rename the key",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    world.wait_complete(name, "r2").await;
+    for region in REGIONS {
+        let data = world.target_data(region, name).await.expect("target");
+        assert!(
+            data.contains_key("timeout_ms") && !data.contains_key("timeout"),
+            "{region}: {:?}",
+            data.keys()
+        );
+    }
+
+    // Every region's consumers had the new key before any region's lost the old one, and
+    // the contract pause lay in between.
+    let mut expanded_everywhere = SystemTime::UNIX_EPOCH;
+    for region in REGIONS {
+        expanded_everywhere =
+            expanded_everywhere.max(first_load(world, region, "timeout_ms", true).await);
+    }
+    for region in REGIONS {
+        let history = within("config history", world.lab.config_history(region)).await;
+        let contracted = history
+            .iter()
+            .filter(|load| load.present && load.revision == "r2")
+            .find(|load| !load.keys.iter().any(|k| k == "timeout"))
+            .map(|load| load.time)
+            .unwrap_or_else(|| panic!("{region}: r2 never removed timeout: {history:?}"));
+        let waited = contracted
+            .duration_since(expanded_everywhere)
+            .unwrap_or_else(|_| {
+                panic!("{region} lost `timeout` before every region had `timeout_ms`: {history:?}")
+            });
+        // The pause runs on the controller's clock from when it saw the last region
+        // expanded; the workloads see writes a little after they land. A second of
+        // slack keeps the check about the pause, not about watch latency.
+        assert!(
+            waited >= Duration::from_secs(4),
+            "{region} lost `timeout` {waited:?} after the last region expanded; the contract pause is 5s"
+        );
+    }
+}
+
 async fn no_value_leaves_the_regions(world: &World) {
     let mut haystacks = Vec::new();
     for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
@@ -585,6 +687,7 @@ async fn gates_on_the_lab() {
     a_dark_prometheus_holds_the_rollout_then_halts_it(&mut world).await;
     a_passing_gate_opens_the_next_stage_after_its_window_and_pause(&world).await;
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
+    a_renamed_key_disappears_only_after_every_region_has_the_new_one(&world).await;
     no_value_leaves_the_regions(&world).await;
     controller.stop();
 }
