@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use configrollout::api::{ConfigRollout, SampleVerdict, StageState};
+use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
+use configrollout::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::regions::overrides::write_override;
 use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
@@ -116,6 +117,27 @@ impl World {
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await;
+    }
+
+    /// Sets an operator command annotation to now, as the plugin does.
+    async fn annotate(&self, name: &str, annotation: &str) {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {"annotations": {annotation: now}}});
+        within(
+            "annotate the rollout",
+            self.rollouts()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    }
+
+    async fn has_event(&self, name: &str, reason: &str) -> bool {
+        let events: Api<Event> = Api::namespaced(self.hub.clone(), TEAM);
+        let events = within("list events", events.list(&Default::default())).await;
+        events.items.iter().any(|event| {
+            event.reason.as_deref() == Some(reason)
+                && event.involved_object.name.as_deref() == Some(name)
+        })
     }
 
     async fn error_ratio(&self, region: &str) -> Option<f64> {
@@ -279,7 +301,7 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
     let name = "timeouts-dark";
     let shape = Shape {
         on_failure: "Halt",
-        count: 30,
+        count: 8,
         inconclusive_limit: 2,
         canary_pause: None,
     };
@@ -320,6 +342,50 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
             "{region} received nothing while the gate could not be read"
         );
     }
+
+    // Prometheus is back: an operator's retry resumes the canary with a fresh window.
+    world.annotate(name, RETRY_ANNOTATION).await;
+    let done = world.wait_complete(name, "r1").await;
+    let gate = &stage(&done, "canary").gates[0];
+    // A Prometheus just started has no rate for a few scrapes: those samples are
+    // Inconclusive, within the limit, and the window still needs its 8 successes.
+    assert_eq!(gate.verdict, Some(GateVerdict::Passed), "{gate:?}");
+    assert!(gate.successes >= 8 && gate.inconclusives <= 2, "{gate:?}");
+    assert!(world.has_event(name, "Retried").await);
+    for region in REGIONS {
+        assert_eq!(
+            world.timeout_in(region, name).await.as_deref(),
+            Some(GOOD_TIMEOUT)
+        );
+    }
+}
+
+async fn an_aborted_rollout_publishes_nothing_more(world: &World) {
+    let name = "timeouts-abort";
+    world
+        .create_rollout(
+            &gated_rollout(name, GOOD_TIMEOUT, &Shape::failing_fast("Halt")).replace(
+                "      maxParallel: 2\n      gates: [errors]",
+                "      maxParallel: 2\n      approval: Required\n      gates: [errors]",
+            ),
+        )
+        .await;
+    world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+    world.annotate(name, ABORT_ANNOTATION).await;
+    let aborted = world.wait_phase(name, "Halted", PROGRESS).await;
+    assert_eq!(condition(&aborted, "Halted").reason, "Aborted");
+    assert!(world.has_event(name, "Aborted").await);
+
+    // An approval arriving after the abort starts nothing.
+    world.approve(User::ApproverAlice, name, "prod", "r1").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for region in ["region-2", "region-3"] {
+        assert_eq!(world.target_data(region, name).await, None, "{region}");
+    }
+    assert_eq!(
+        phase_of(&world.rollout(name).await).as_deref(),
+        Some("Halted")
+    );
 }
 
 async fn a_passing_gate_opens_the_next_stage_after_its_window_and_pause(world: &World) {
@@ -686,6 +752,7 @@ async fn gates_on_the_lab() {
     a_bad_value_halts_where_it_is(&world).await;
     a_dark_prometheus_holds_the_rollout_then_halts_it(&mut world).await;
     a_passing_gate_opens_the_next_stage_after_its_window_and_pause(&world).await;
+    an_aborted_rollout_publishes_nothing_more(&world).await;
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
     a_renamed_key_disappears_only_after_every_region_has_the_new_one(&world).await;
     no_value_leaves_the_regions(&world).await;
