@@ -232,8 +232,16 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     if let Some(name) = &consumer.name {
-        let found = call("read consumer", api.get_opt(name)).await?;
-        return Ok(found.iter().map(state).collect());
+        // A named consumer that does not exist is an error, not zero instances: a typo
+        // must hold the stage (and halt it at its deadline), never let it pass unseen.
+        let found = call("read consumer", api.get_opt(name))
+            .await?
+            .ok_or_else(|| RegionError::ConsumerMissing {
+                kind: K::kind(&K::DynamicType::default()).into_owned(),
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+            })?;
+        return Ok(vec![state(&found)]);
     }
     let Some(selector) = &consumer.selector else {
         return Ok(Vec::new());

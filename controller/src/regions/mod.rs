@@ -72,6 +72,16 @@ pub enum RegionError {
         /// Why.
         reason: String,
     },
+    /// A consumer named in the spec does not exist in the region.
+    #[error("consumer {kind} {namespace}/{name} does not exist")]
+    ConsumerMissing {
+        /// Workload kind.
+        kind: String,
+        /// Namespace looked in.
+        namespace: String,
+        /// Name looked for.
+        name: String,
+    },
     /// An override's changes do not form an override delta.
     #[error("override: {reason}")]
     Override {
