@@ -19,9 +19,34 @@ pub const EXEC: &str = "lab-exec";
 /// Upstream kubectl of the same release, so tests can show what a person sees
 /// (`kubectl wait`, `kubectl get`); a `tool` of the module, built from the proxy's source.
 pub const KUBECTL: &str = "kubectl";
-const KUBECTL_PACKAGE: &str = "k8s.io/kubernetes/cmd/kubectl";
+/// Upstream kube-controller-manager of the same release (a `tool` of the module), for
+/// regions whose Deployments must get pods.
+pub const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
+/// Upstream kube-scheduler of the same release (a `tool` of the module).
+pub const KUBE_SCHEDULER: &str = "kube-scheduler";
+/// KWOK (`sigs.k8s.io/kwok`, a `tool` of the module): plays the kubelet of fake nodes.
+pub const KWOK: &str = "kwok";
+/// Writes KWOK's default stages for the `kwok` binary, which has none built in.
+pub const KWOK_STAGES: &str = "lab-kwok-stages";
 
-const PROGRAMS: [&str; 4] = [CONTROLPLANE, WORKLOAD, EXEC, KUBECTL];
+/// The module's `tool`s, built from the proxy's source beside `./cmd/...`.
+const TOOL_PACKAGES: [&str; 4] = [
+    "k8s.io/kubernetes/cmd/kubectl",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "k8s.io/kubernetes/cmd/kube-scheduler",
+    "sigs.k8s.io/kwok/cmd/kwok",
+];
+
+const PROGRAMS: [&str; 8] = [
+    CONTROLPLANE,
+    WORKLOAD,
+    EXEC,
+    KUBECTL,
+    KUBE_CONTROLLER_MANAGER,
+    KUBE_SCHEDULER,
+    KWOK,
+    KWOK_STAGES,
+];
 const STAMP: &str = ".source-hash";
 
 /// Paths of the built Go programs.
@@ -97,7 +122,7 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
         .args(["build", "-ldflags", &ldflags, "-o"])
         .arg(&out_dir)
         .arg("./cmd/...")
-        .arg(KUBECTL_PACKAGE)
+        .args(TOOL_PACKAGES)
         .output()
         .map_err(|e| {
             LabError::io(

@@ -16,6 +16,7 @@ use crate::gobuild::{self, GoPrograms};
 use crate::manifests::{self, FIELD_MANAGER};
 use crate::prometheus::{self, DEFAULT_PROMETHEUS_BINARY, Prometheus, Sample};
 use crate::workload::{ConfigLoad, ConfigSource, Workload};
+use crate::workload_controllers::{self, WorkloadControllers};
 use crate::{LabError, User};
 
 /// Name of the hub cluster, where the CRDs, Regions and rollouts live.
@@ -50,6 +51,11 @@ pub struct LabOptions {
     /// Extra kube-apiserver flags for every control plane (they come last and so win
     /// over the lab's own).
     pub apiserver_args: Vec<String>,
+    /// Gives every region pods that turn Ready without a kubelet: upstream
+    /// kube-controller-manager (workload controllers only) and kube-scheduler beside its
+    /// apiserver, and KWOK managing one fake node (`kwok-<region>`). Off by default: it
+    /// costs three processes per region and a longer start.
+    pub workload_controllers: bool,
 }
 
 impl Default for LabOptions {
@@ -61,6 +67,7 @@ impl Default for LabOptions {
             crds_dir: repository_root().join("crds"),
             prometheus_binary: PathBuf::from(DEFAULT_PROMETHEUS_BINARY),
             apiserver_args: Vec::new(),
+            workload_controllers: false,
         }
     }
 }
@@ -94,6 +101,8 @@ struct RegionSlot {
     tier: &'static str,
     plane: ControlPlane,
     workload: Workload,
+    /// Present when the lab was started with [`LabOptions::workload_controllers`].
+    controllers: Option<WorkloadControllers>,
 }
 
 /// A running lab. Dropping it stops every process it started (gracefully, then by
@@ -160,11 +169,15 @@ impl Lab {
                 &root.join("workloads"),
                 &plane.kubeconfig(User::Workload),
             )?;
+            let controllers = options
+                .workload_controllers
+                .then(|| WorkloadControllers::new(&name, &root.join(&name)));
             lab.regions.push(RegionSlot {
                 name,
                 tier: tier(index),
                 plane,
                 workload,
+                controllers,
             });
         }
         if let Err(e) = lab.bring_up(&options).await {
@@ -194,6 +207,11 @@ impl Lab {
         self.hub.wait_ready().await?;
         for slot in &mut self.regions {
             slot.plane.wait_ready().await?;
+            // They need the region's kubeconfig, written once it is ready; they start
+            // while the rest comes up and are awaited last.
+            if let Some(controllers) = slot.controllers.as_mut() {
+                controllers.start(&self.programs, &slot.plane.kubeconfig(User::Admin))?;
+            }
         }
         prometheus.wait_ready(&self.http).await?;
         self.prometheus = Some(prometheus);
@@ -222,6 +240,13 @@ impl Lab {
             let client = self.client(name, User::Admin)?;
             manifests::apply_path(&client, &lab_manifests("region")).await?;
             self.register_region(name).await?;
+        }
+        for slot in &mut self.regions {
+            if let Some(controllers) = slot.controllers.as_mut() {
+                controllers
+                    .wait_ready(&slot.plane.client(User::Admin)?)
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -359,7 +384,13 @@ impl Lab {
     /// workload keeps running, its consumers on the configuration they have; its watch
     /// retries until the region is started again. Blocks until the process has exited.
     pub fn stop_region(&mut self, name: &str) -> Result<(), LabError> {
-        self.slot_mut(name)?.plane.stop();
+        let slot = self.slot_mut(name)?;
+        // A region is one machine room: its controllers, scheduler and KWOK stop with
+        // it, first, so they do not log a storm of refused connections.
+        if let Some(controllers) = slot.controllers.as_mut() {
+            controllers.stop();
+        }
+        slot.plane.stop();
         Ok(())
     }
 
@@ -370,10 +401,41 @@ impl Lab {
         let slot = self.slot_mut(name)?;
         let previous_url = slot.plane.ready().ok().map(|r| r.url.clone());
         let url = slot.plane.restart(&programs).await?.url.clone();
+        if let Some(controllers) = slot.controllers.as_mut() {
+            // Started afresh: the kubeconfig may name a new port.
+            controllers.start(&programs, &slot.plane.kubeconfig(User::Admin))?;
+            controllers
+                .wait_ready(&slot.plane.client(User::Admin)?)
+                .await?;
+        }
         if previous_url.as_deref() != Some(url.as_str()) {
             self.register_region(name).await?;
         }
         Ok(())
+    }
+
+    /// The fake node whose pods KWOK makes Running and Ready (`kwok-<region>`), when the
+    /// lab runs [`LabOptions::workload_controllers`].
+    pub fn fake_node(&self, region: &str) -> Result<Option<String>, LabError> {
+        Ok(self
+            .slot(region)?
+            .controllers
+            .as_ref()
+            .map(|_| workload_controllers::fake_node_name(region)))
+    }
+
+    /// Logs of a region's kube-controller-manager, kube-scheduler and KWOK (by program
+    /// name), empty without [`LabOptions::workload_controllers`].
+    pub fn workload_controller_logs(
+        &self,
+        region: &str,
+    ) -> Result<Vec<(&'static str, PathBuf)>, LabError> {
+        Ok(self
+            .slot(region)?
+            .controllers
+            .as_ref()
+            .map(WorkloadControllers::logs)
+            .unwrap_or_default())
     }
 
     /// Whether a region's control plane is running.
@@ -551,6 +613,9 @@ impl Lab {
         for slot in &self.regions {
             pids.extend(slot.plane.pid());
             pids.push(slot.workload.pid());
+            if let Some(controllers) = &slot.controllers {
+                pids.extend(controllers.pids());
+            }
         }
         pids.extend(self.prometheus.as_ref().and_then(Prometheus::pid));
         pids
@@ -582,6 +647,23 @@ impl Lab {
                 slot.workload.url().unwrap_or("(not ready)")
             ));
         }
+        if self.regions.iter().any(|slot| slot.controllers.is_some()) {
+            out.push_str(
+                "\npods turn Ready without a kubelet (kube-controller-manager, kube-scheduler, \
+                 KWOK; logs in each region's directory) on the fake nodes:\n",
+            );
+            for slot in self
+                .regions
+                .iter()
+                .filter(|slot| slot.controllers.is_some())
+            {
+                out.push_str(&format!(
+                    "  {:<10} {}\n",
+                    slot.name,
+                    workload_controllers::fake_node_name(&slot.name)
+                ));
+            }
+        }
         out.push_str(&format!("\nPrometheus: {}\n\n", self.prometheus_url()));
         if let Ok(path) = self.kubeconfig(HUB, User::Admin) {
             out.push_str(&format!("export KUBECONFIG={}\n", path.display()));
@@ -606,6 +688,9 @@ impl Drop for Lab {
         // Ask everyone first so they stop in parallel, then reap each.
         self.hub.request_stop();
         for slot in &mut self.regions {
+            if let Some(controllers) = slot.controllers.as_mut() {
+                controllers.request_stop();
+            }
             slot.plane.request_stop();
             slot.workload.request_stop();
         }

@@ -9,7 +9,10 @@
 //! of its region ([`Lab::watch_config`]), reports the revision each of its consumers
 //! activated, and fails requests while they run an invalid configuration. The hub gets `crds/`, a
 //! kubeconfig Secret and a `Region` object per region. Regions can be stopped and
-//! started again with their data. Dropping the lab stops every process it started.
+//! started again with their data. With [`LabOptions::workload_controllers`] every region
+//! also runs upstream kube-controller-manager and kube-scheduler and KWOK, so its
+//! Deployments get pods that turn Ready on a fake node. Dropping the lab stops every
+//! process it started.
 
 mod child;
 mod controlplane;
@@ -20,6 +23,7 @@ pub mod manifests;
 mod process;
 pub mod prometheus;
 mod workload;
+mod workload_controllers;
 
 pub use child::LabChild;
 pub use controlplane::{ReadyInfo, User};
@@ -31,3 +35,4 @@ pub use lab::{
 pub use process::{process_alive, processes_mentioning};
 pub use prometheus::Sample;
 pub use workload::{ConfigLoad, ConfigSource};
+pub use workload_controllers::{CONTROLLERS, KWOK_NODE_ANNOTATION, fake_node_name};

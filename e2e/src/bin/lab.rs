@@ -1,7 +1,7 @@
 //! `make lab`: brings the lab up for a person, prints how to reach it, and runs until
 //! Ctrl-C (or SIGTERM), then stops every process it started.
 //!
-//! Usage: `lab [--regions N] [--dir DIR] [--keep]`
+//! Usage: `lab [--regions N] [--dir DIR] [--keep] [--workload-controllers]`
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +25,7 @@ fn parse_args() -> Result<LabOptions, String> {
                 options.keep_dir = true;
             }
             "--keep" => options.keep_dir = true,
+            "--workload-controllers" => options.workload_controllers = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -47,7 +48,7 @@ async fn main() -> ExitCode {
             if !message.is_empty() {
                 eprintln!("lab: {message}");
             }
-            eprintln!("usage: lab [--regions N] [--dir DIR] [--keep]");
+            eprintln!("usage: lab [--regions N] [--dir DIR] [--keep] [--workload-controllers]");
             return ExitCode::from(2);
         }
     };
