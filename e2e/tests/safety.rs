@@ -2,10 +2,12 @@
 //! workloads, which are real consumers (each watches its region's target ConfigMap and
 //! fails requests while the configuration it loaded is bad). A bad value is caught in the
 //! canary and halted or rolled back before it spreads; a dark Prometheus holds the
-//! rollout and then halts it. One lab for the whole binary; the scenarios run in order,
-//! each on its own rollout and target.
+//! rollout and then halts it. The regions run kube-controller-manager, kube-scheduler
+//! and KWOK, so consumer Deployments get pods that turn Ready and restart for real. One
+//! lab for the whole binary; the scenarios run in order, each on its own rollout and
+//! target.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
@@ -14,9 +16,10 @@ use configrollout::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::regions::overrides::write_override;
 use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 mod support;
 
@@ -690,6 +693,201 @@ async fn a_renamed_key_disappears_only_after_every_region_has_the_new_one(world:
     }
 }
 
+/// Name of the Deployment that consumes the targets in every region.
+const CONSUMER: &str = "api";
+const INSTANCES: i32 = 3;
+const ACTIVATION_QUERY: &str =
+    "count(configrollout_lab_consumer_revision{region=\"{{region}}\",revision=\"{{revision}}\"})";
+
+fn consumed_rollout(name: &str, consumer: &str) -> String {
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {name}}}
+  data:
+    timeout_ms: "{GOOD_TIMEOUT}"
+    banner: "{BANNER}"
+  consumers:
+    - {consumer}
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+"#
+    )
+}
+
+impl World {
+    fn deployments(&self, region: &str) -> Api<Deployment> {
+        Api::namespaced(self.region(region), APP)
+    }
+
+    async fn ready_instances(&self, region: &str) -> i32 {
+        let deployment = within("read consumer", self.deployments(region).get(CONSUMER)).await;
+        deployment
+            .status
+            .and_then(|status| status.ready_replicas)
+            .unwrap_or(0)
+    }
+
+    async fn consumer_pods(&self, region: &str) -> BTreeSet<String> {
+        let pods: Api<Pod> = Api::namespaced(self.region(region), APP);
+        let listed = within(
+            "list consumer pods",
+            pods.list(&ListParams::default().labels(&format!("app={CONSUMER}"))),
+        )
+        .await;
+        listed
+            .items
+            .into_iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .map(|pod| pod.name_any())
+            .collect()
+    }
+}
+
+fn consumer_deployment() -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": CONSUMER, "namespace": APP},
+        "spec": {
+            "replicas": INSTANCES,
+            "selector": {"matchLabels": {"app": CONSUMER}},
+            "template": {
+                "metadata": {"labels": {"app": CONSUMER}},
+                "spec": {"containers": [{"name": "api", "image": "registry.invalid/api:1"}]}
+            }
+        }
+    }))
+    .expect("deployment")
+}
+
+/// Status shows every region's consumers at N/N for r1, each lifecycle step stamped in
+/// order.
+fn assert_counted(rollout: &ConfigRollout) {
+    for region in REGIONS {
+        let status = region_status(rollout, region).expect("region in status");
+        let counts = status.consumers.expect("consumer counts");
+        assert_eq!(
+            (counts.total, counts.delivered, counts.activated),
+            (INSTANCES, INSTANCES, INSTANCES),
+            "{region}"
+        );
+        let at = |mark: &Option<configrollout::api::LifecycleMark>| {
+            let mark = mark
+                .as_ref()
+                .unwrap_or_else(|| panic!("{region}: {status:?}"));
+            assert_eq!(mark.revision, "r1");
+            mark.at.0
+        };
+        let (materialized, delivered, activated) = (
+            at(&status.materialized),
+            at(&status.delivered),
+            at(&status.activated),
+        );
+        assert!(
+            materialized <= delivered && delivered <= activated,
+            "{status:?}"
+        );
+    }
+}
+
+async fn consumers_are_counted_until_every_instance_has_the_revision(world: &World) {
+    for region in REGIONS {
+        within(
+            "create the consumer Deployment",
+            world
+                .deployments(region)
+                .create(&PostParams::default(), &consumer_deployment()),
+        )
+        .await;
+    }
+    for region in REGIONS {
+        eventually(
+            &format!("{region}: consumer pods ready"),
+            PROGRESS,
+            || async { (world.ready_instances(region).await == INSTANCES).then_some(()) },
+        )
+        .await;
+    }
+
+    // Reload: the instances reread the ConfigMap; the workloads' consumers report the
+    // revision they activated, counted by the activation query.
+    let name = "consumed-reload";
+    world.consume(name).await;
+    let reload = format!(
+        "{{kind: Deployment, name: {CONSUMER}, delivery: Reload, activationQuery: '{ACTIVATION_QUERY}'}}"
+    );
+    world.create_rollout(&consumed_rollout(name, &reload)).await;
+    let done = world.wait_complete(name, "r1").await;
+    assert_counted(&done);
+
+    // Restart: the controller restarts the Deployment for the revision; its controller
+    // replaces every pod; delivered counts the new, ready ones.
+    let before: BTreeMap<&str, BTreeSet<String>> = {
+        let mut pods = BTreeMap::new();
+        for region in REGIONS {
+            pods.insert(region, world.consumer_pods(region).await);
+        }
+        pods
+    };
+    let name = "consumed-restart";
+    let restart = format!("{{kind: Deployment, name: {CONSUMER}, delivery: Restart}}");
+    world
+        .create_rollout(&consumed_rollout(name, &restart))
+        .await;
+    let done = world.wait_complete(name, "r1").await;
+    assert_counted(&done);
+    for region in REGIONS {
+        let deployment = within("read consumer", world.deployments(region).get(CONSUMER)).await;
+        let marker = deployment
+            .spec
+            .and_then(|spec| spec.template.metadata)
+            .and_then(|meta| meta.annotations)
+            .and_then(|annotations| annotations.get("configrollout.dev/restarted-for").cloned());
+        assert_eq!(marker.as_deref(), Some("r1/Single"), "{region}");
+        let replaced = eventually(&format!("{region}: old pods gone"), PROGRESS, || async {
+            let now = world.consumer_pods(region).await;
+            (now.len() == INSTANCES as usize).then_some(now)
+        })
+        .await;
+        assert!(
+            replaced.is_disjoint(&before[region]),
+            "{region}: every pod was replaced: before {:?}, after {replaced:?}",
+            before[region]
+        );
+    }
+
+    // A consumer named but absent holds the stage rather than passing it unseen.
+    let name = "consumed-missing";
+    let missing = "{kind: Deployment, name: not-deployed, delivery: Reload}";
+    world.create_rollout(&consumed_rollout(name, missing)).await;
+    let held = eventually(
+        "the canary reports the missing consumer",
+        PROGRESS,
+        || async {
+            let rollout = world.rollout(name).await;
+            let canary = region_status(&rollout, "region-1")?.clone();
+            canary
+                .last_error
+                .as_deref()
+                .is_some_and(|error| error.contains("not-deployed"))
+                .then_some(rollout)
+        },
+    )
+    .await;
+    assert!(region_status(&held, "region-1").is_some_and(|r| r.delivered.is_none()));
+    assert_eq!(world.target_data("region-2", name).await, None);
+}
+
 async fn no_value_leaves_the_regions(world: &World) {
     let mut haystacks = Vec::new();
     for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
@@ -735,7 +933,12 @@ async fn no_value_leaves_the_regions(world: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gates_on_the_lab() {
-    let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
+    let lab = Lab::start(LabOptions {
+        workload_controllers: true,
+        ..LabOptions::default()
+    })
+    .await
+    .expect("lab starts");
     let hub = lab.client(HUB, User::Admin).expect("hub admin");
     lab.create_namespace(HUB, TEAM)
         .await
@@ -755,6 +958,7 @@ async fn gates_on_the_lab() {
     an_aborted_rollout_publishes_nothing_more(&world).await;
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
     a_renamed_key_disappears_only_after_every_region_has_the_new_one(&world).await;
+    consumers_are_counted_until_every_instance_has_the_revision(&world).await;
     no_value_leaves_the_regions(&world).await;
     controller.stop();
 }
