@@ -3,7 +3,13 @@
 //! - approval latency: from creating a StageApproval to the approved stage's first
 //!   region holding the revision (read in the region itself);
 //! - API writes per region per revision: resourceVersion changes of the target and its
-//!   companion, counted by watches started before the rollout.
+//!   companion, counted by watches started before the rollout;
+//! - rollback latency: a revision with a bad value fails the canary's error-rate gate
+//!   (the lab's workloads load it and fail requests); from the first failed sample (its
+//!   time in status) to the last canary region holding the previous value again (polled
+//!   in the regions);
+//! - gate sampling: the latency of one gate query through the controller's Prometheus
+//!   provider against the lab's Prometheus.
 //!
 //! `make controller-bench` (or `cargo run -p configrollout-e2e --bin controller-bench --
 //! --runs 5`). Prints a table; BENCHMARKS.md records a run.
@@ -72,7 +78,13 @@ async fn bench(runs: usize) -> BenchResult<()> {
         .start_controller(
             &me.with_file_name("lab-controller"),
             "controller",
-            &["--probe-addr", "127.0.0.1:0"].map(OsString::from),
+            &[
+                "--probe-addr",
+                "127.0.0.1:0",
+                "--prometheus-url",
+                &lab.prometheus_url(),
+            ]
+            .map(OsString::from),
         )
         .map_err(|e| e.to_string())?;
     let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
@@ -87,10 +99,10 @@ async fn bench(runs: usize) -> BenchResult<()> {
     let mut writes_next = Vec::new();
     for run in 0..runs {
         let name = format!("bench-{run}");
-        let counters: Vec<WriteCounter> = regions
-            .values()
-            .map(|client| WriteCounter::start(client.clone(), &name))
-            .collect();
+        let mut counters = Vec::new();
+        for client in regions.values() {
+            counters.push(WriteCounter::start(client.clone(), &name).await?);
+        }
         let rollout: ConfigRollout =
             serde_yaml::from_str(&rollout_yaml(&name)).map_err(|e| e.to_string())?;
         rollouts
@@ -125,9 +137,31 @@ async fn bench(runs: usize) -> BenchResult<()> {
             }
         }
     }
+    let mut rollbacks = Vec::new();
+    for run in 0..runs {
+        rollbacks.push(rollback_latency(&lab, &rollouts, &regions, run).await?);
+    }
+    let sampling = sampling_latency(&lab, runs * 20).await;
     controller.stop();
     drop(lab);
 
+    rollbacks.sort();
+    println!(
+        "first failed gate sample -> rollback written in both canary regions: median {:?}, min {:?}, max {:?} (n={})",
+        rollbacks[rollbacks.len() / 2],
+        rollbacks.first().copied().unwrap_or_default(),
+        rollbacks.last().copied().unwrap_or_default(),
+        rollbacks.len()
+    );
+    let mut sampling = sampling?;
+    sampling.sort();
+    println!(
+        "one gate sample (PromQL instant query via the controller's provider): median {:?}, p90 {:?}, max {:?} (n={})",
+        sampling[sampling.len() / 2],
+        sampling[sampling.len() * 9 / 10],
+        sampling.last().copied().unwrap_or_default(),
+        sampling.len()
+    );
     latencies.sort();
     let median = latencies[latencies.len() / 2];
     println!("runs: {runs} rollouts x 2 revisions, hub + 3 regions");
@@ -147,6 +181,164 @@ async fn bench(runs: usize) -> BenchResult<()> {
         writes_next
     );
     Ok(())
+}
+
+const GOOD_TIMEOUT: &str = "250";
+const BAD_TIMEOUT: &str = "0";
+const ERROR_RATIO: &str = "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))";
+
+/// A rollout whose canary (region-1 and region-2) is gated on the error ratio and rolls
+/// back on failure.
+fn gated_yaml(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  target: {{namespace: {TARGET_NAMESPACE}, name: {name}}}
+  onFailure: Rollback
+  data: {{timeout_ms: "{GOOD_TIMEOUT}"}}
+  gates:
+    - name: errors
+      query: '{ERROR_RATIO}'
+      condition: result < 0.1
+      interval: 1s
+      initialDelay: 2s
+      count: 2
+  stages:
+    - {{name: canary, regions: {{names: [region-1, region-2]}}, maxParallel: 2, gates: [errors]}}
+    - {{name: prod, regions: {{names: [region-3]}}}}
+"#
+    )
+}
+
+/// One bad revision caught in the canary: from its first failed sample to the canary
+/// regions holding the previous value again.
+async fn rollback_latency(
+    lab: &Lab,
+    rollouts: &Api<ConfigRollout>,
+    regions: &BTreeMap<String, Client>,
+    run: usize,
+) -> BenchResult<Duration> {
+    let name = format!("rollback-{run}");
+    // The previous run's bad value must have left the gate's rate window, or this run's
+    // good revision fails on it.
+    settle(lab).await?;
+    lab.watch_config_everywhere(TARGET_NAMESPACE, &name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let rollout: ConfigRollout =
+        serde_yaml::from_str(&gated_yaml(&name)).map_err(|e| e.to_string())?;
+    rollouts
+        .create(&PostParams::default(), &rollout)
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_phase(rollouts, &name, "r1", "Complete").await?;
+
+    let restored: Vec<_> = ["region-1", "region-2"]
+        .iter()
+        .map(|region| tokio::spawn(restored_at(regions[*region].clone(), name.clone())))
+        .collect();
+    let patch = serde_json::json!({"spec": {"data": {"timeout_ms": BAD_TIMEOUT}}});
+    rollouts
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_phase(rollouts, &name, "r2", "RolledBack").await?;
+    let mut last_restored = std::time::SystemTime::UNIX_EPOCH;
+    for task in restored {
+        let at = task.await.map_err(|e| e.to_string())??;
+        last_restored = last_restored.max(at);
+    }
+
+    let rollout = rollouts.get(&name).await.map_err(|e| e.to_string())?;
+    let first_failed_ms = rollout
+        .status
+        .iter()
+        .flat_map(|status| &status.stages)
+        .flat_map(|stage| &stage.gates)
+        .flat_map(|gate| &gate.samples)
+        .filter(|sample| sample.verdict == configrollout::api::SampleVerdict::Failed)
+        .map(|sample| sample.at.0.as_millisecond())
+        .min()
+        .ok_or_else(|| format!("{name}: no failed sample in status"))?;
+    let restored_ms = last_restored
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_millis();
+    let first_failed_ms = u128::try_from(first_failed_ms).map_err(|e| e.to_string())?;
+    Ok(Duration::from_millis(
+        u64::try_from(restored_ms.saturating_sub(first_failed_ms)).unwrap_or(u64::MAX),
+    ))
+}
+
+/// Waits until the canary regions' error ratio is back to nothing.
+async fn settle(lab: &Lab) -> BenchResult<()> {
+    let started = Instant::now();
+    for region in ["region-1", "region-2"] {
+        let query = ERROR_RATIO.replace("{{region}}", region);
+        loop {
+            let samples = lab
+                .query_prometheus(&query)
+                .await
+                .map_err(|e| e.to_string())?;
+            if samples.first().is_some_and(|sample| sample.value < 0.01) {
+                break;
+            }
+            if started.elapsed() > DEADLINE {
+                return Err(format!("{region}: error ratio did not settle"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    Ok(())
+}
+
+/// When the region's target first holds the good value again after holding the bad one.
+async fn restored_at(region: Client, name: String) -> BenchResult<std::time::SystemTime> {
+    let api: Api<ConfigMap> = Api::namespaced(region, TARGET_NAMESPACE);
+    let started = Instant::now();
+    let mut saw_bad = false;
+    loop {
+        let timeout = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .and_then(|cm| cm.data?.get("timeout_ms").cloned());
+        match timeout.as_deref() {
+            Some(BAD_TIMEOUT) => saw_bad = true,
+            Some(GOOD_TIMEOUT) if saw_bad => return Ok(std::time::SystemTime::now()),
+            _ => {}
+        }
+        if started.elapsed() > DEADLINE {
+            return Err(format!("{name}: not restored within {DEADLINE:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Latency of `n` gate samples through the controller's own provider.
+async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
+    use configrollout::gates::GateProvider;
+    use configrollout::gates::prometheus::{PrometheusEndpoints, PrometheusProvider};
+    let http = reqwest::Client::builder()
+        .timeout(configrollout::gates::prometheus::QUERY_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let provider =
+        PrometheusProvider::new(http, PrometheusEndpoints::new(Some(lab.prometheus_url())));
+    let query = ERROR_RATIO.replace("{{region}}", "region-1");
+    let mut latencies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let result = provider.sample(Some("region-1"), &query).await;
+        latencies.push(started.elapsed());
+        if let configrollout::gates::QueryResult::Error(error) = result {
+            return Err(format!("gate sample failed: {error}"));
+        }
+    }
+    Ok(latencies)
 }
 
 fn rollout_yaml(name: &str) -> String {
@@ -239,23 +431,38 @@ struct WriteCounter {
 }
 
 impl WriteCounter {
-    fn start(client: Client, target: &str) -> Self {
+    /// Starts counting; returns once the watch is established, so that no write made
+    /// afterwards is folded into the watch's initial listing.
+    async fn start(client: Client, target: &str) -> BenchResult<Self> {
         let api: Api<ConfigMap> = Api::namespaced(client, TARGET_NAMESPACE);
         let names = [target.to_owned(), format!("{target}.configrollout-state")];
         let versions = Arc::new(Mutex::new(BTreeSet::new()));
         let seen = versions.clone();
+        let (established, watching) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
+            let mut established = Some(established);
             let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Some(event) = stream.next().await {
-                if let Ok(watcher::Event::Apply(cm)) = event
-                    && names.contains(&cm.name_any())
-                    && let Ok(mut seen) = seen.lock()
-                {
-                    seen.insert(cm.resource_version().unwrap_or_default());
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(established) = established.take() {
+                            let _ = established.send(());
+                        }
+                    }
+                    Ok(watcher::Event::Apply(cm)) if names.contains(&cm.name_any()) => {
+                        if let Ok(mut seen) = seen.lock() {
+                            seen.insert(cm.resource_version().unwrap_or_default());
+                        }
+                    }
+                    _ => {}
                 }
             }
         });
-        Self { task, versions }
+        tokio::time::timeout(DEADLINE, watching)
+            .await
+            .map_err(|_| format!("watch of {target} not established within {DEADLINE:?}"))?
+            .map_err(|_| format!("watch of {target} ended before it was established"))?;
+        Ok(Self { task, versions })
     }
 
     /// Writes seen since the last call.
