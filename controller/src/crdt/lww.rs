@@ -424,11 +424,38 @@ impl Replica {
     }
 
     /// Where `key` is (or would go) in the run, searching from `from` on.
+    ///
+    /// An 8-way search: each round compares the key with seven evenly spaced elements and
+    /// keeps the eighth of the range it falls in. The seven reads do not depend on each
+    /// other, so the processor overlaps their cache misses; a binary search waits for
+    /// each miss in turn (16 of them at 50k keys, against 6 rounds here).
     fn run_position(&self, from: usize, prefix: &KeyPrefix, key: &str) -> Result<usize, usize> {
-        let tail = self.run.get(from..).unwrap_or_default();
-        tail.binary_search_by(|slot| cmp_keys(&slot.prefix, &slot.key, prefix, key))
-            .map(|at| from + at)
-            .map_err(|at| from + at)
+        const WAYS: usize = 8;
+        let cmp = |slot: &Slot| cmp_keys(&slot.prefix, &slot.key, prefix, key);
+        let (mut low, mut high) = (from.min(self.run.len()), self.run.len());
+        while high - low > 2 * WAYS {
+            let step = (high - low) / WAYS;
+            let mut below = 0;
+            for probe in 1..WAYS {
+                match self.run.get(low + probe * step).map(cmp) {
+                    Some(Ordering::Less) => below = probe,
+                    Some(Ordering::Equal) => return Ok(low + probe * step),
+                    Some(Ordering::Greater) | None => {}
+                }
+            }
+            // Keys at probes up to `below` are smaller, the next probe's is greater.
+            let next_high = if below + 1 < WAYS {
+                low + (below + 1) * step
+            } else {
+                high
+            };
+            low += below * step + usize::from(below > 0);
+            high = next_high;
+        }
+        let tail = self.run.get(low..high).unwrap_or_default();
+        tail.binary_search_by(cmp)
+            .map(|at| low + at)
+            .map_err(|at| low + at)
     }
 
     /// Run and overlay as one key-ordered sequence.
