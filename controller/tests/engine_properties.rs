@@ -418,7 +418,7 @@ fn check_step(
     }
 
     // Restart safety: the same observations against the returned status add no work.
-    let again = step(spec, after, obs, now);
+    let again = step(spec, after.clone(), obs, now);
     if !region_work(&again).is_empty() {
         violations.push(format!("restart re-emitted {:?}", region_work(&again)));
     }

@@ -740,8 +740,8 @@ fn feeding_the_status_back_with_the_same_observations_publishes_nothing_new() {
     let mut world = World::new(spec(three_stages()), &ALL);
     for _ in 0..8 {
         let observations = world.observations(Vec::new());
-        let first = step(&world.spec, &world.status, &observations, world.now);
-        let again = step(&world.spec, &first.status, &observations, world.now);
+        let first = step(&world.spec, world.status.clone(), &observations, world.now);
+        let again = step(&world.spec, first.status.clone(), &observations, world.now);
         let publishes = again
             .actions
             .iter()

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::lww::{Delta, Entry, Replica};
+use super::lww::{Delta, Entry, Replica, Slot};
 use super::{CodecError, Stamp, WriterId, quoted};
 
 /// The format version this build writes and reads.
@@ -128,7 +128,7 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps)?;
+    let entries = decode_entries(&wire.entries, &stamps, Slot::new)?;
     Ok(Replica::from_validated_parts(entries, frontiers))
 }
 
@@ -146,7 +146,7 @@ pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps)?;
+    let entries = decode_entries(&wire.entries, &stamps, |key, entry| (key, entry))?;
     Ok(Delta::from_sorted_entries(entries.into_iter().collect()))
 }
 
@@ -404,12 +404,14 @@ fn decode_stamps(
     Ok(stamps)
 }
 
-fn decode_entries(
+/// The entries, validated, in the form the caller stores them (`make` builds one).
+fn decode_entries<T>(
     wire: &[WireEntry<'_>],
     stamps: &[Stamp],
-) -> Result<Vec<(Arc<str>, Entry)>, CodecError> {
+    make: impl Fn(Arc<str>, Entry) -> T,
+) -> Result<Vec<T>, CodecError> {
     let mut used = vec![false; stamps.len()];
-    let mut sorted: Vec<(Arc<str>, Entry)> = Vec::with_capacity(wire.len());
+    let mut sorted: Vec<T> = Vec::with_capacity(wire.len());
     for (index, current) in wire.iter().enumerate() {
         let WireEntry(key, value, stamp_index) = current;
         let stamp = stamps
@@ -428,7 +430,7 @@ fn decode_entries(
             value: value.as_deref().map(Arc::from),
             stamp: stamp.clone(),
         };
-        sorted.push((Arc::from(key.as_ref()), entry));
+        sorted.push(make(Arc::from(key.as_ref()), entry));
     }
     if let Some(index) = used.iter().position(|used| !used) {
         return Err(CodecError::UnusedStamp {

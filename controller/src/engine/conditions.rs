@@ -43,10 +43,7 @@ fn set(step: &mut Step<'_>, type_: &str, status: bool, reason: &str, message: St
 }
 
 fn was_true(step: &Step<'_>, type_: &str) -> bool {
-    step.before
-        .conditions
-        .iter()
-        .any(|condition| condition.type_ == type_ && condition.status == "True")
+    step.before.was_true(type_)
 }
 
 fn current(step: &Step<'_>, type_: &str) -> Option<(String, String)> {

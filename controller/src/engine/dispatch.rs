@@ -7,35 +7,37 @@
 //! nothing again (restart safety), while the reconcile, which executes actions before it
 //! writes the status, repeats work that a crash interrupted.
 
-use std::collections::BTreeSet;
-
 use crate::api::{
-    ConfigRolloutStatus, RegionRolloutStatus, RevisionStep, RolloutPhase, StageState, conditions,
+    ConfigRolloutSpec, ConfigRolloutStatus, RegionRolloutStatus, RevisionStep, RolloutPhase,
+    StageState, conditions,
 };
 
+use super::observations::Observations;
 use super::regions::{mark_is, region_done};
+use super::selection::StagePlan;
 use super::{Action, Step};
 
+/// One piece of region work, of the status's revision (each status has one revision, so
+/// it is not repeated here). Region names borrow from the stage plan, which outlives the
+/// status it was computed for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Work<'s> {
+pub(super) enum Work<'p> {
     Publish {
         stage: usize,
         position: usize,
-        region: &'s str,
-        revision: &'s str,
+        region: &'p str,
         step: StepKey,
     },
     Rollback {
-        /// Position in reverse rollout order, so the set iterates last stage first.
+        /// Position in reverse rollout order, so the list runs last stage first.
         reverse_position: usize,
-        region: &'s str,
-        revision: &'s str,
+        region: &'p str,
     },
 }
 
 /// `RevisionStep` is not `Ord`; this mirrors it for the set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum StepKey {
+pub(super) enum StepKey {
     Expand,
     Contract,
     Single,
@@ -72,9 +74,15 @@ fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s Re
     status.regions.iter().find(|region| region.name == name)
 }
 
-/// The region work a status calls for.
-fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<Work<'s>> {
-    let mut work = BTreeSet::new();
+/// The region work a status calls for, in order (publishes by stage and rollout
+/// position, rollbacks last stage first); a status calls for one kind at a time.
+pub(super) fn work_of<'p>(
+    spec: &ConfigRolloutSpec,
+    plan: &StagePlan<'p>,
+    obs: &Observations,
+    status: &ConfigRolloutStatus,
+) -> Vec<Work<'p>> {
+    let mut work = Vec::new();
     if condition_is_true(status, conditions::PAUSED)
         || condition_is_true(status, conditions::INVALID_SPEC)
     {
@@ -88,13 +96,13 @@ fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<
     match status.phase {
         Some(RolloutPhase::Progressing) => {
             let pass = status.step.unwrap_or(RevisionStep::Single);
-            let has_consumers = !step.spec.consumers.is_empty();
+            let has_consumers = !spec.consumers.is_empty();
             for (index, stage) in status.stages.iter().enumerate() {
                 if stage.state != StageState::Progressing {
                     continue;
                 }
                 let (Some(spec_stage), Some(regions)) =
-                    (step.spec.stages.get(index), step.plan.stages.get(index))
+                    (spec.stages.get(index), plan.stages.get(index))
                 else {
                     continue;
                 };
@@ -115,11 +123,10 @@ fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<
                     });
                     let reachable = region.is_some_and(|region| region.reachable == Some(true));
                     if reachable && !materialized {
-                        work.insert(Work::Publish {
+                        work.push(Work::Publish {
                             stage: index,
                             position,
                             region: name,
-                            revision,
                             step: pass.into(),
                         });
                     }
@@ -130,25 +137,23 @@ fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<
             let Some(index) = status
                 .current_stage
                 .as_deref()
-                .and_then(|name| step.spec.stages.iter().position(|stage| stage.name == name))
+                .and_then(|name| spec.stages.iter().position(|stage| stage.name == name))
             else {
                 return work;
             };
-            let Some(regions) = step.plan.stages.get(index) else {
+            let Some(regions) = plan.stages.get(index) else {
                 return work;
             };
             for (reverse_position, name) in regions.iter().rev().enumerate() {
-                let done = step
-                    .obs
+                let done = obs
                     .regions
                     .iter()
                     .find(|region| &region.name == name)
                     .is_some_and(|region| region.rolled_back.as_deref() == Some(revision));
                 if reachable(name) && !done {
-                    work.insert(Work::Rollback {
+                    work.push(Work::Rollback {
                         reverse_position,
                         region: name,
-                        revision,
                     });
                 }
             }
@@ -161,30 +166,30 @@ fn work_of<'s>(step: &'s Step<'_>, status: &'s ConfigRolloutStatus) -> BTreeSet<
 /// Appends the region work that is new in this step: publishes in stage and rollout
 /// order, rollbacks in reverse rollout order (one stage at a time, last stage first).
 pub(super) fn emit_new(step: &mut Step<'_>) {
-    let new_work: Vec<Action> = {
-        let before = work_of(step, step.before);
-        let after = work_of(step, &step.status);
-        after
-            .difference(&before)
-            .map(|work| match work {
-                Work::Publish {
-                    region,
-                    revision,
-                    step: pass,
-                    ..
-                } => Action::Publish {
-                    region: (*region).to_owned(),
-                    revision: (*revision).to_owned(),
-                    step: (*pass).into(),
-                },
-                Work::Rollback {
-                    region, revision, ..
-                } => Action::Rollback {
-                    region: (*region).to_owned(),
-                    revision: (*revision).to_owned(),
-                },
-            })
-            .collect()
+    let Some(revision) = step.status.revision.as_deref() else {
+        return;
     };
+    let after = work_of(step.spec, &step.plan, step.obs, &step.status);
+    let before: &[Work<'_>] = if step.before.revision.as_deref() == Some(revision) {
+        &step.before.work
+    } else {
+        &[]
+    };
+    let new_work = after
+        .iter()
+        .filter(|work| before.binary_search(work).is_err())
+        .map(|work| match work {
+            Work::Publish {
+                region, step: pass, ..
+            } => Action::Publish {
+                region: (*region).to_owned(),
+                revision: revision.to_owned(),
+                step: (*pass).into(),
+            },
+            Work::Rollback { region, .. } => Action::Rollback {
+                region: (*region).to_owned(),
+                revision: revision.to_owned(),
+            },
+        });
     step.actions.extend(new_work);
 }

@@ -4,6 +4,11 @@
 //! and returns the next status, the actions to take and when to run again. All progress
 //! lives in the status, so a restarted controller continues where it was.
 //!
+//! The previous status is taken by value and turned into the next one in place: a status
+//! is hundreds of small allocations, and copying it cost more than the rest of a step.
+//! What the rules need from the status as it was (its phase, revision, which conditions
+//! were true, the region work it called for) is noted before anything changes.
+//!
 //! One rule area per file: [`revisions`] (r1, r2, ... and history), [`selection`]
 //! (which regions a stage covers), `regions` (the per-region lifecycle), `gate_windows`
 //! (gate sampling and verdicts), `approvals`, `stages` (stage order, parallelism, pauses,
@@ -38,6 +43,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::api::conditions::ROLLOUT_CONDITION_TYPES;
 use crate::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPhase};
 
 pub use actions::{Action, Decision, EventType};
@@ -57,10 +63,11 @@ pub const REGION_POLL_INTERVAL: Duration = Duration::from_secs(10);
 const MAX_CONDITION_MESSAGE: usize = 1024;
 
 /// Decides the next status and actions for one rollout. Pure: the same inputs always
-/// give the same decision.
+/// give the same decision. `status` is the previous status; a caller that still needs it
+/// afterwards passes a clone.
 pub fn step(
     spec: &ConfigRolloutSpec,
-    status: &ConfigRolloutStatus,
+    status: ConfigRolloutStatus,
     obs: &Observations,
     now: DateTime<Utc>,
 ) -> Decision {
@@ -72,7 +79,7 @@ pub fn step(
 /// The working state of one step.
 pub(crate) struct Step<'a> {
     spec: &'a ConfigRolloutSpec,
-    before: &'a ConfigRolloutStatus,
+    before: Before<'a>,
     obs: &'a Observations,
     now: DateTime<Utc>,
     plan: selection::StagePlan<'a>,
@@ -85,21 +92,62 @@ pub(crate) struct Step<'a> {
     resumed_now: bool,
 }
 
+/// The facts the rules need from the status a step started from.
+pub(crate) struct Before<'a> {
+    phase: Option<RolloutPhase>,
+    revision: Option<String>,
+    /// Per entry of [`ROLLOUT_CONDITION_TYPES`], whether that condition was true.
+    true_conditions: [bool; ROLLOUT_CONDITION_TYPES.len()],
+    /// The region work the status called for (see `dispatch`).
+    work: Vec<dispatch::Work<'a>>,
+}
+
+impl<'a> Before<'a> {
+    fn of(
+        spec: &ConfigRolloutSpec,
+        plan: &selection::StagePlan<'a>,
+        obs: &Observations,
+        status: &ConfigRolloutStatus,
+    ) -> Self {
+        let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| {
+            status
+                .conditions
+                .iter()
+                .any(|condition| condition.type_ == type_ && condition.status == "True")
+        });
+        Before {
+            phase: status.phase,
+            revision: status.revision.clone(),
+            true_conditions,
+            work: dispatch::work_of(spec, plan, obs, status),
+        }
+    }
+
+    /// Whether the condition `type_` (one of [`ROLLOUT_CONDITION_TYPES`]) was true.
+    fn was_true(&self, type_: &str) -> bool {
+        ROLLOUT_CONDITION_TYPES
+            .iter()
+            .zip(self.true_conditions)
+            .any(|(known, was_true)| was_true && *known == type_)
+    }
+}
+
 impl<'a> Step<'a> {
     fn new(
         spec: &'a ConfigRolloutSpec,
-        before: &'a ConfigRolloutStatus,
+        mut status: ConfigRolloutStatus,
         obs: &'a Observations,
         now: DateTime<Utc>,
     ) -> Self {
-        let mut status = before.clone();
+        let plan = selection::plan(spec, &obs.regions);
+        let before = Before::of(spec, &plan, obs, &status);
         status.observed_generation = Some(obs.generation);
         Step {
             spec,
             before,
             obs,
             now,
-            plan: selection::plan(spec, &obs.regions),
+            plan,
             status,
             actions: Vec::new(),
             wake_at: None,

@@ -37,7 +37,16 @@ impl StagePlan<'_> {
 
 /// Resolves every stage's regions against the observed Region objects.
 pub fn plan<'a>(spec: &'a ConfigRolloutSpec, regions: &'a [RegionObservation]) -> StagePlan<'a> {
-    let mut taken: HashSet<&str> = HashSet::new();
+    // Sized up front: growing a hash set rehashes every name taken so far, and this runs
+    // on every step.
+    let mut taken: HashSet<&str> = HashSet::with_capacity(
+        regions.len().max(
+            spec.stages
+                .iter()
+                .map(|stage| stage.regions.names.len())
+                .sum(),
+        ),
+    );
     let mut stages = Vec::with_capacity(spec.stages.len());
     for stage in &spec.stages {
         let candidates: Vec<&'a str> = match &stage.regions.selector {

@@ -167,7 +167,7 @@ impl World {
     ) -> Decision {
         let samples = self.samples();
         let observations = self.observations(samples);
-        let decision = step(&self.spec, &self.status, &observations, self.now);
+        let decision = step(&self.spec, self.status.clone(), &observations, self.now);
         check(&observations, &self.status, &decision);
         for action in &decision.actions {
             self.log.push((self.now, action.clone()));
