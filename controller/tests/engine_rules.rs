@@ -766,3 +766,42 @@ fn requeue_after_is_the_soonest_timer() {
     let decision = world.tick();
     assert_eq!(decision.requeue_after, Some(Duration::from_secs(5)));
 }
+
+#[test]
+fn every_sample_a_step_counts_is_tallied_once_by_verdict() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 3, "inconclusiveLimit": 5}),
+        )),
+        &["c1", "r1"],
+    );
+    let mut tally = configrollout::engine::SampleTally::default();
+    let mut add = |decision: configrollout::engine::Decision| {
+        tally.successful += decision.samples_judged.successful;
+        tally.failed += decision.samples_judged.failed;
+        tally.inconclusive += decision.samples_judged.inconclusive;
+    };
+    world.metric = Box::new(|_, _| QueryResult::Empty);
+    for _ in 0..4 {
+        add(world.tick());
+        // A second step at the same instant re-reads nothing new: no double count.
+        add(world.tick());
+        world.advance(10);
+    }
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.0));
+    for _ in 0..6 {
+        add(world.tick());
+        world.advance(10);
+    }
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Passed));
+    assert!(window.inconclusives > 0);
+    assert_eq!(
+        (tally.successful, tally.failed, tally.inconclusive),
+        (
+            u32::try_from(window.successes).unwrap(),
+            0,
+            u32::try_from(window.inconclusives).unwrap()
+        )
+    );
+}

@@ -888,8 +888,20 @@ async fn consumers_are_counted_until_every_instance_has_the_revision(world: &Wor
     assert_eq!(world.target_data("region-2", name).await, None);
 }
 
-async fn no_value_leaves_the_regions(world: &World) {
-    let mut haystacks = Vec::new();
+async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
+    let http = reqwest::Client::builder()
+        .timeout(CALL)
+        .build()
+        .expect("http client");
+    let metrics = within("scrape /metrics", async {
+        http.get(metrics_url).send().await?.text().await
+    })
+    .await;
+    assert!(
+        metrics.contains("configrollout_gate_samples_total"),
+        "the controller's real metrics:\n{metrics}"
+    );
+    let mut haystacks = vec![("metrics".to_owned(), metrics)];
     for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
         let path = entry.expect("entry").path();
         let name = path
@@ -949,7 +961,10 @@ async fn gates_on_the_lab() {
             .expect("app namespace");
     }
     let mut world = World { lab, hub };
-    let controller = world.start_controller("controller-gates");
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let probe_addr = probe.local_addr().expect("address").to_string();
+    drop(probe);
+    let controller = world.start_controller_on("controller-gates", &probe_addr);
 
     a_bad_value_is_caught_in_the_canary_and_rolled_back(&world).await;
     a_bad_value_halts_where_it_is(&world).await;
@@ -959,6 +974,6 @@ async fn gates_on_the_lab() {
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
     a_renamed_key_disappears_only_after_every_region_has_the_new_one(&world).await;
     consumers_are_counted_until_every_instance_has_the_revision(&world).await;
-    no_value_leaves_the_regions(&world).await;
+    no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;
     controller.stop();
 }

@@ -74,4 +74,17 @@ pub struct Decision {
     pub actions: Vec<Action>,
     /// When to run the next step at the latest (the soonest timer), if any.
     pub requeue_after: Option<Duration>,
+    /// Gate samples this step counted, by verdict (for the controller's metrics).
+    pub samples_judged: SampleTally,
+}
+
+/// Gate samples counted, by verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampleTally {
+    /// The condition held.
+    pub successful: u32,
+    /// The condition did not hold.
+    pub failed: u32,
+    /// No data, NaN, or the backend could not answer.
+    pub inconclusive: u32,
 }

@@ -20,7 +20,7 @@ use crate::gates::{Condition, TemplateValues, Verdict, evaluate, render, uses_pl
 
 use super::clock::{from_time, spec_duration, to_time};
 use super::observations::GateSampleObservation;
-use super::{MAX_SAMPLES_PER_GATE, Step};
+use super::{MAX_SAMPLES_PER_GATE, SampleTally, Step};
 
 /// A sample the reconcile should take now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +212,14 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
                 let last = samples.partition_point(|sample| of_window(sample).is_le());
                 samples.get(first..last).unwrap_or_default()
             };
-            record_samples(own.iter().copied(), gate, condition, schedule, window);
+            record_samples(
+                own.iter().copied(),
+                gate,
+                condition,
+                schedule,
+                window,
+                &mut step.samples_judged,
+            );
             window.verdict = Some(verdict_of(gate, window));
             if window.verdict == Some(GateVerdict::Passed) {
                 // A passed window keeps its counts and the sample that passed it; the
@@ -264,6 +271,7 @@ fn record_samples<'o>(
     condition: &Condition,
     schedule: &Schedule,
     window: &mut GateStatus,
+    tally: &mut SampleTally,
 ) {
     for sample in samples {
         if sample.at < schedule.next_sample_at(window) {
@@ -273,14 +281,17 @@ fn record_samples<'o>(
         let (verdict, message) = match evaluation.verdict {
             Verdict::Successful => {
                 window.successes += 1;
+                tally.successful += 1;
                 (SampleVerdict::Successful, None)
             }
             Verdict::Failed => {
                 window.failures += 1;
+                tally.failed += 1;
                 (SampleVerdict::Failed, Some("condition not met".to_owned()))
             }
             Verdict::Inconclusive => {
                 window.inconclusives += 1;
+                tally.inconclusive += 1;
                 let reason = evaluation
                     .reason
                     .map_or("inconclusive", |reason| reason.as_str());

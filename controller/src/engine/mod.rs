@@ -46,7 +46,7 @@ use chrono::{DateTime, Utc};
 use crate::api::conditions::ROLLOUT_CONDITION_TYPES;
 use crate::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPhase};
 
-pub use actions::{Action, Decision, EventType};
+pub use actions::{Action, Decision, EventType, SampleTally};
 pub use gate_windows::{GateSampleRequest, gates_due};
 pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
@@ -90,6 +90,8 @@ pub(crate) struct Step<'a> {
     halt: Option<(String, String)>,
     /// Set when this step resumes the rollout (unpaused or retried): deadlines restart.
     resumed_now: bool,
+    /// Gate samples counted in this step, by verdict.
+    samples_judged: SampleTally,
 }
 
 /// The facts the rules need from the status a step started from.
@@ -153,6 +155,7 @@ impl<'a> Step<'a> {
             wake_at: None,
             halt: None,
             resumed_now: false,
+            samples_judged: SampleTally::default(),
         }
     }
 
@@ -208,6 +211,7 @@ impl<'a> Step<'a> {
             status: self.status,
             actions: self.actions,
             requeue_after,
+            samples_judged: self.samples_judged,
         }
     }
 

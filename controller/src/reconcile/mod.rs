@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::Recorder;
 
-use crate::api::ConfigRollout;
+use crate::api::{ConfigRollout, SampleVerdict};
 use crate::api_call::CallError;
 use crate::crdt::{DigestKey, Hlc, Stamp, WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Observations};
@@ -242,6 +242,14 @@ pub async fn reconcile(
     ctx.metrics
         .region_writes_total
         .add(WriteResult::Error, u64::from(report.region_failures));
+    let judged = decision.samples_judged;
+    for (verdict, count) in [
+        (SampleVerdict::Successful, judged.successful),
+        (SampleVerdict::Failed, judged.failed),
+        (SampleVerdict::Inconclusive, judged.inconclusive),
+    ] {
+        ctx.metrics.gate_samples_total.add(verdict, u64::from(count));
+    }
     let mut status = decision.status;
     mark_failed_regions(&mut status, &report.failed_regions);
     let patch_started = std::time::Instant::now();
