@@ -1,7 +1,10 @@
 //! `make demo`: the whole product on the local lab. Starts a hub and three regions, the
 //! controller, and a two-stage ConfigRollout whose second stage needs an approval;
 //! prints its progress as `kubectl get` would, approves as `approver-alice`, and shows
-//! each region's ConfigMap at the end. `--keep` leaves everything running until Ctrl-C.
+//! each region's ConfigMap. Then a second revision carries a bad value behind an
+//! error-rate gate: the canary's workload loads it and fails requests, Prometheus sees
+//! it, the gate fails and the revision is rolled back. `--keep` leaves everything
+//! running until Ctrl-C.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -11,7 +14,7 @@ use std::time::{Duration, Instant};
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 const NAMESPACE: &str = "team";
 const TARGET_NAMESPACE: &str = "app";
@@ -71,12 +74,23 @@ async fn demo(keep: bool) -> DemoResult<()> {
             .map_err(|e| e.to_string())?;
     }
 
+    // Each region's workload consumes the target: a bad value really fails requests.
+    lab.watch_config_everywhere(TARGET_NAMESPACE, ROLLOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+
     println!("Starting configrollout-controller as its own user...");
     let controller = lab
         .start_controller(
             &sibling("lab-controller")?,
             "controller",
-            &["--probe-addr", "127.0.0.1:0"].map(OsString::from),
+            &[
+                "--probe-addr",
+                "127.0.0.1:0",
+                "--prometheus-url",
+                &lab.prometheus_url(),
+            ]
+            .map(OsString::from),
         )
         .map_err(|e| e.to_string())?;
 
@@ -117,7 +131,47 @@ async fn demo(keep: bool) -> DemoResult<()> {
         .await
         .map_err(|e| e.to_string())?;
     watch_until(&rollouts, "Complete").await?;
+    show_regions(&lab).await?;
 
+    println!("\nkubectl patch configrollout rate-limits --type merge -p '{BAD_REVISION}'\n");
+    println!("(r2 sets timeout_ms to 0, which the workloads refuse, behind an error-rate gate)\n");
+    let patch: serde_json::Value = serde_json::from_str(BAD_REVISION).map_err(|e| e.to_string())?;
+    rollouts
+        .patch(ROLLOUT, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{:<14} {:<18} {:<12} {:<9} REGIONS",
+        "NAME", "PHASE", "STAGE", "REVISION"
+    );
+    watch_until(&rollouts, "RolledBack").await?;
+    let rollout = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
+    for condition in rollout.status.iter().flat_map(|status| &status.conditions) {
+        if condition.status == "True"
+            && ["Halted", "RolledBack"].contains(&condition.type_.as_str())
+        {
+            println!(
+                "  {} ({}): {}",
+                condition.type_, condition.reason, condition.message
+            );
+        }
+    }
+    show_regions(&lab).await?;
+
+    if keep {
+        println!("\n{}", lab.describe());
+        println!("Everything keeps running; Ctrl-C stops it.");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    controller.stop();
+    drop(lab);
+    println!("\nDone: the lab and the controller are stopped.");
+    Ok(())
+}
+
+const BAD_REVISION: &str = r#"{"spec": {"data": {"timeout_ms": "0"}, "onFailure": "Rollback", "gates": [{"name": "errors", "query": "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))", "condition": "result < 0.1", "interval": "2s", "initialDelay": "4s", "count": 3}], "stages": [{"name": "canary", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "canary"}}}, "gates": ["errors"]}, {"name": "production", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "production"}}}, "maxParallel": 2, "approval": "Required", "gates": ["errors"]}]}}"#;
+
+async fn show_regions(lab: &Lab) -> DemoResult<()> {
     println!("\nWhat each region holds now (app/rate-limits):");
     for region in lab.regions() {
         let client = lab
@@ -132,15 +186,6 @@ async fn demo(keep: bool) -> DemoResult<()> {
             .unwrap_or_default();
         println!("  {region}: {data:?}");
     }
-
-    if keep {
-        println!("\n{}", lab.describe());
-        println!("Everything keeps running; Ctrl-C stops it.");
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    controller.stop();
-    drop(lab);
-    println!("\nDone: the lab and the controller are stopped.");
     Ok(())
 }
 
