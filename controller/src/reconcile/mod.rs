@@ -248,7 +248,9 @@ pub async fn reconcile(
         (SampleVerdict::Failed, judged.failed),
         (SampleVerdict::Inconclusive, judged.inconclusive),
     ] {
-        ctx.metrics.gate_samples_total.add(verdict, u64::from(count));
+        ctx.metrics
+            .gate_samples_total
+            .add(verdict, u64::from(count));
     }
     let mut status = decision.status;
     mark_failed_regions(&mut status, &report.failed_regions);

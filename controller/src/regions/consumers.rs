@@ -123,6 +123,55 @@ pub fn activated_from(result: &QueryResult, total: u32) -> Option<u32> {
     Some(u32::try_from(instances).unwrap_or(u32::MAX).min(total))
 }
 
+/// A kind of workload a consumer can be, and how its status reads.
+trait Workload:
+    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+    fn state(&self) -> WorkloadState;
+}
+
+/// Deployments and StatefulSets report replicas the same way, in distinct types.
+macro_rules! replicated_workload {
+    ($kind:ty) => {
+        impl Workload for $kind {
+            fn state(&self) -> WorkloadState {
+                let spec = self.spec.as_ref();
+                let status = self.status.as_ref();
+                state_of(
+                    self,
+                    status.and_then(|s| s.observed_generation),
+                    spec.and_then(|s| s.replicas).unwrap_or(1),
+                    status.and_then(|s| s.updated_replicas).unwrap_or(0),
+                    status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                    spec.and_then(|s| s.template.metadata.as_ref()),
+                )
+            }
+        }
+    };
+}
+
+replicated_workload!(Deployment);
+replicated_workload!(StatefulSet);
+
+impl Workload for DaemonSet {
+    fn state(&self) -> WorkloadState {
+        let status = self.status.as_ref();
+        state_of(
+            self,
+            status.and_then(|s| s.observed_generation),
+            status.map_or(0, |s| s.desired_number_scheduled),
+            status.and_then(|s| s.updated_number_scheduled).unwrap_or(0),
+            status.map_or(0, |s| s.number_ready),
+            self.spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref()),
+        )
+    }
+}
+
 /// Reads the workloads `consumer` names or selects in `namespace`.
 pub async fn workloads(
     client: &Client,
@@ -130,53 +179,9 @@ pub async fn workloads(
     consumer: &Consumer,
 ) -> Result<Vec<WorkloadState>, RegionError> {
     match consumer.kind {
-        WorkloadKind::Deployment => {
-            matching::<Deployment>(client, namespace, consumer, |object| {
-                let spec = object.spec.as_ref();
-                let status = object.status.as_ref();
-                state_of(
-                    object,
-                    status.and_then(|s| s.observed_generation),
-                    spec.and_then(|s| s.replicas).unwrap_or(1),
-                    status.and_then(|s| s.updated_replicas).unwrap_or(0),
-                    status.and_then(|s| s.ready_replicas).unwrap_or(0),
-                    spec.and_then(|s| s.template.metadata.as_ref()),
-                )
-            })
-            .await
-        }
-        WorkloadKind::StatefulSet => {
-            matching::<StatefulSet>(client, namespace, consumer, |object| {
-                let spec = object.spec.as_ref();
-                let status = object.status.as_ref();
-                state_of(
-                    object,
-                    status.and_then(|s| s.observed_generation),
-                    spec.and_then(|s| s.replicas).unwrap_or(1),
-                    status.and_then(|s| s.updated_replicas).unwrap_or(0),
-                    status.and_then(|s| s.ready_replicas).unwrap_or(0),
-                    spec.and_then(|s| s.template.metadata.as_ref()),
-                )
-            })
-            .await
-        }
-        WorkloadKind::DaemonSet => {
-            matching::<DaemonSet>(client, namespace, consumer, |object| {
-                let status = object.status.as_ref();
-                state_of(
-                    object,
-                    status.and_then(|s| s.observed_generation),
-                    status.map_or(0, |s| s.desired_number_scheduled),
-                    status.and_then(|s| s.updated_number_scheduled).unwrap_or(0),
-                    status.map_or(0, |s| s.number_ready),
-                    object
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.template.metadata.as_ref()),
-                )
-            })
-            .await
-        }
+        WorkloadKind::Deployment => matching::<Deployment>(client, namespace, consumer).await,
+        WorkloadKind::StatefulSet => matching::<StatefulSet>(client, namespace, consumer).await,
+        WorkloadKind::DaemonSet => matching::<DaemonSet>(client, namespace, consumer).await,
     }
 }
 
@@ -188,7 +193,26 @@ pub async fn restart(
     consumer: &Consumer,
     marker: &str,
 ) -> Result<u32, RegionError> {
-    let pending: Vec<String> = workloads(client, namespace, consumer)
+    match consumer.kind {
+        WorkloadKind::Deployment => {
+            restart_kind::<Deployment>(client, namespace, consumer, marker).await
+        }
+        WorkloadKind::StatefulSet => {
+            restart_kind::<StatefulSet>(client, namespace, consumer, marker).await
+        }
+        WorkloadKind::DaemonSet => {
+            restart_kind::<DaemonSet>(client, namespace, consumer, marker).await
+        }
+    }
+}
+
+async fn restart_kind<K: Workload>(
+    client: &Client,
+    namespace: &str,
+    consumer: &Consumer,
+    marker: &str,
+) -> Result<u32, RegionError> {
+    let pending: Vec<String> = matching::<K>(client, namespace, consumer)
         .await?
         .into_iter()
         .filter(|workload| workload.restart_pending(marker))
@@ -197,39 +221,22 @@ pub async fn restart(
     let patch = Patch::Merge(json!({
         "spec": {"template": {"metadata": {"annotations": {RESTARTED_FOR_ANNOTATION: marker}}}}
     }));
-    let params = PatchParams::default();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
     for name in &pending {
-        match consumer.kind {
-            WorkloadKind::Deployment => {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                call("restart consumer", api.patch(name, &params, &patch)).await?;
-            }
-            WorkloadKind::StatefulSet => {
-                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                call("restart consumer", api.patch(name, &params, &patch)).await?;
-            }
-            WorkloadKind::DaemonSet => {
-                let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
-                call("restart consumer", api.patch(name, &params, &patch)).await?;
-            }
-        }
+        call(
+            "restart consumer",
+            api.patch(name, &PatchParams::default(), &patch),
+        )
+        .await?;
     }
     Ok(u32::try_from(pending.len()).unwrap_or(u32::MAX))
 }
 
-async fn matching<K>(
+async fn matching<K: Workload>(
     client: &Client,
     namespace: &str,
     consumer: &Consumer,
-    state: impl Fn(&K) -> WorkloadState,
-) -> Result<Vec<WorkloadState>, RegionError>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
+) -> Result<Vec<WorkloadState>, RegionError> {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     if let Some(name) = &consumer.name {
         // A named consumer that does not exist is an error, not zero instances: a typo
@@ -237,11 +244,11 @@ where
         let found = call("read consumer", api.get_opt(name))
             .await?
             .ok_or_else(|| RegionError::ConsumerMissing {
-                kind: K::kind(&K::DynamicType::default()).into_owned(),
+                kind: K::kind(&()).into_owned(),
                 namespace: namespace.to_owned(),
                 name: name.clone(),
             })?;
-        return Ok(vec![state(&found)]);
+        return Ok(vec![found.state()]);
     }
     let Some(selector) = &consumer.selector else {
         return Ok(Vec::new());
@@ -253,7 +260,7 @@ where
         .items
         .iter()
         .filter(|object| selector_matches(selector, object.labels()))
-        .map(state)
+        .map(Workload::state)
         .collect())
 }
 
