@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
-use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
+use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 mod support;
@@ -477,14 +476,8 @@ spec:
 /// Serves `/metrics` with bounded labels, and no value ever reaches logs, events,
 /// status or metrics.
 async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
-    let http = reqwest::Client::builder()
-        .timeout(CALL)
-        .build()
-        .expect("http client");
-    let metrics = within("scrape /metrics", async {
-        http.get(metrics_url).send().await?.text().await
-    })
-    .await;
+    let haystacks = observable_output(world, metrics_url).await;
+    let metrics = &haystacks[0].1;
     let reconciles: f64 = metrics
         .lines()
         .find(|line| line.starts_with("configrollout_reconcile_total{result=\"ok\"}"))
@@ -492,34 +485,6 @@ async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("reconcile counter in /metrics:\n{metrics}"));
     assert!(reconciles > 0.0, "reconciles counted");
-
-    let mut haystacks = vec![("metrics".to_owned(), metrics)];
-    for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        if name.starts_with("controller-") && name.ends_with(".log") {
-            let log = std::fs::read_to_string(&path).expect("controller log");
-            assert!(log.contains("region merged"), "{name} is a real log");
-            haystacks.push((name.to_owned(), log));
-        }
-    }
-    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
-    let events = within("list events", events.list(&Default::default())).await;
-    assert!(!events.items.is_empty(), "the controller records events");
-    haystacks.push((
-        "events".to_owned(),
-        serde_json::to_string(&events.items).expect("events JSON"),
-    ));
-    let rollouts = within("list rollouts", world.rollouts().list(&Default::default())).await;
-    for rollout in rollouts.items {
-        haystacks.push((
-            format!("status of {}", rollout.name_any()),
-            serde_json::to_string(&rollout.status).expect("status JSON"),
-        ));
-    }
     for (_, value) in SECRET_VALUES {
         for (place, text) in &haystacks {
             assert!(
@@ -558,17 +523,7 @@ async fn the_deploy_manifests_are_valid(world: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_on_the_lab() {
-    let lab = Lab::start(LabOptions::default()).await.expect("lab starts");
-    let hub = lab.client(HUB, User::Admin).expect("hub admin");
-    lab.create_namespace(HUB, TEAM)
-        .await
-        .expect("team namespace");
-    for region in lab.regions() {
-        lab.create_namespace(&region, APP)
-            .await
-            .expect("app namespace");
-    }
-    let mut world = World { lab, hub };
+    let mut world = World::start(LabOptions::default()).await;
     the_deploy_manifests_are_valid(&world).await;
     let controller = world.start_controller("controller-a");
 
@@ -579,9 +534,7 @@ async fn controller_on_the_lab() {
     a_spec_the_schema_refuses_never_exists(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
     only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    let probe_addr = probe.local_addr().expect("address").to_string();
-    drop(probe);
+    let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-c", &probe_addr);
     an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world).await;
     no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;

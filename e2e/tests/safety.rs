@@ -14,7 +14,7 @@ use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
 use configrollout::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::regions::overrides::write_override;
-use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, Lab, LabOptions, SYSTEM_NAMESPACE, User};
+use configrollout_e2e::{KUBECONFIG_SECRET_KEY, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret};
@@ -56,6 +56,14 @@ impl Shape {
     }
 }
 
+/// A ConfigRollout `name` in the team namespace targeting `app/<name>`, with the rest
+/// of its spec (indented two spaces) after `target`.
+fn rollout_yaml(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata:\n  name: {name}\n  namespace: {TEAM}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n{spec}"
+    )
+}
+
 /// A two-stage rollout (canary region-1, then region-2 and region-3) whose stages are
 /// gated on the region's error ratio.
 fn gated_rollout(name: &str, timeout_ms: &str, shape: &Shape) -> String {
@@ -63,15 +71,10 @@ fn gated_rollout(name: &str, timeout_ms: &str, shape: &Shape) -> String {
         .canary_pause
         .map(|pause| format!("\n      pause: {{duration: {pause}}}"))
         .unwrap_or_default();
-    format!(
-        r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata:
-  name: {name}
-  namespace: {TEAM}
-spec:
-  target: {{namespace: {APP}, name: {name}}}
+    rollout_yaml(
+        name,
+        &format!(
+            r#"
   onFailure: {on_failure}
   data:
     timeout_ms: "{timeout_ms}"
@@ -94,9 +97,10 @@ spec:
       maxParallel: 2
       gates: [errors]
 "#,
-        on_failure = shape.on_failure,
-        count = shape.count,
-        inconclusive_limit = shape.inconclusive_limit,
+            on_failure = shape.on_failure,
+            count = shape.count,
+            inconclusive_limit = shape.inconclusive_limit,
+        ),
     )
 }
 
@@ -149,6 +153,16 @@ impl World {
         samples.first().map(|sample| sample.value)
     }
 
+    async fn assert_good_everywhere(&self, name: &str) {
+        for region in REGIONS {
+            assert_eq!(
+                self.timeout_in(region, name).await.as_deref(),
+                Some(GOOD_TIMEOUT),
+                "{region}"
+            );
+        }
+    }
+
     async fn timeout_in(&self, region: &str, name: &str) -> Option<String> {
         self.target_data(region, name)
             .await
@@ -182,12 +196,7 @@ async fn complete_with_good_value(world: &World, name: &str, shape: &Shape) {
         .create_rollout(&gated_rollout(name, GOOD_TIMEOUT, shape))
         .await;
     world.wait_condition(name, "Complete", PROGRESS).await;
-    for region in REGIONS {
-        assert_eq!(
-            world.timeout_in(region, name).await.as_deref(),
-            Some(GOOD_TIMEOUT)
-        );
-    }
+    world.assert_good_everywhere(name).await;
 }
 
 async fn a_bad_value_is_caught_in_the_canary_and_rolled_back(world: &World) {
@@ -355,12 +364,7 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
     assert_eq!(gate.verdict, Some(GateVerdict::Passed), "{gate:?}");
     assert!(gate.successes >= 8 && gate.inconclusives <= 2, "{gate:?}");
     assert!(world.has_event(name, "Retried").await);
-    for region in REGIONS {
-        assert_eq!(
-            world.timeout_in(region, name).await.as_deref(),
-            Some(GOOD_TIMEOUT)
-        );
-    }
+    world.assert_good_everywhere(name).await;
 }
 
 async fn an_aborted_rollout_publishes_nothing_more(world: &World) {
@@ -431,15 +435,10 @@ async fn a_passing_gate_opens_the_next_stage_after_its_window_and_pause(world: &
 }
 
 fn plain_rollout(name: &str, limit: &str) -> String {
-    format!(
-        r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata:
-  name: {name}
-  namespace: {TEAM}
-spec:
-  target: {{namespace: {APP}, name: {name}}}
+    rollout_yaml(
+        name,
+        &format!(
+            r#"
   data:
     limit: "{limit}"
     banner: "{BANNER}"
@@ -451,6 +450,7 @@ spec:
       maxParallel: 2
       progressDeadline: 10m
 "#
+        ),
     )
 }
 
@@ -592,15 +592,10 @@ async fn an_override_made_during_a_partition_survives_an_older_revision(world: &
 }
 
 fn renaming_rollout(name: &str, key: &str) -> String {
-    format!(
-        r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata:
-  name: {name}
-  namespace: {TEAM}
-spec:
-  target: {{namespace: {APP}, name: {name}}}
+    rollout_yaml(
+        name,
+        &format!(
+            r#"
   data:
     {key}: "{GOOD_TIMEOUT}"
     banner: "{BANNER}"
@@ -614,6 +609,7 @@ spec:
       regions: {{names: [region-2, region-3]}}
       maxParallel: 2
 "#
+        ),
     )
 }
 
@@ -700,15 +696,10 @@ const ACTIVATION_QUERY: &str =
     "count(configrollout_lab_consumer_revision{region=\"{{region}}\",revision=\"{{revision}}\"})";
 
 fn consumed_rollout(name: &str, consumer: &str) -> String {
-    format!(
-        r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata:
-  name: {name}
-  namespace: {TEAM}
-spec:
-  target: {{namespace: {APP}, name: {name}}}
+    rollout_yaml(
+        name,
+        &format!(
+            r#"
   data:
     timeout_ms: "{GOOD_TIMEOUT}"
     banner: "{BANNER}"
@@ -721,6 +712,7 @@ spec:
       regions: {{names: [region-2, region-3]}}
       maxParallel: 2
 "#
+        ),
     )
 }
 
@@ -889,52 +881,18 @@ async fn consumers_are_counted_until_every_instance_has_the_revision(world: &Wor
 }
 
 async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
-    let http = reqwest::Client::builder()
-        .timeout(CALL)
-        .build()
-        .expect("http client");
-    let metrics = within("scrape /metrics", async {
-        http.get(metrics_url).send().await?.text().await
-    })
-    .await;
+    let haystacks = observable_output(world, metrics_url).await;
     assert!(
-        metrics.contains("configrollout_gate_samples_total"),
-        "the controller's real metrics:\n{metrics}"
+        haystacks[0].1.contains("configrollout_gate_samples_total"),
+        "the controller's real metrics:\n{}",
+        haystacks[0].1
     );
-    let mut haystacks = vec![("metrics".to_owned(), metrics)];
-    for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        if name.starts_with("controller-") && name.ends_with(".log") {
-            let log = std::fs::read_to_string(&path).expect("controller log");
-            assert!(log.contains("region merged"), "{name} is a real log");
-            haystacks.push((name, log));
-        }
-    }
-    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
-    let events = within("list events", events.list(&Default::default())).await;
     assert!(
-        events
-            .items
+        haystacks
             .iter()
-            .any(|event| event.reason.as_deref() == Some("GateFailed")),
+            .any(|(place, text)| place == "events" && text.contains("GateFailed")),
         "gate failures are recorded as events"
     );
-    haystacks.push((
-        "events".to_owned(),
-        serde_json::to_string(&events.items).expect("events JSON"),
-    ));
-    let rollouts = within("list rollouts", world.rollouts().list(&Default::default())).await;
-    for rollout in rollouts.items {
-        haystacks.push((
-            format!("status of {}", rollout.name_any()),
-            serde_json::to_string(&rollout.status).expect("status JSON"),
-        ));
-    }
     for (place, text) in &haystacks {
         assert!(
             !text.contains(BANNER),
@@ -945,25 +903,12 @@ async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gates_on_the_lab() {
-    let lab = Lab::start(LabOptions {
+    let mut world = World::start(LabOptions {
         workload_controllers: true,
         ..LabOptions::default()
     })
-    .await
-    .expect("lab starts");
-    let hub = lab.client(HUB, User::Admin).expect("hub admin");
-    lab.create_namespace(HUB, TEAM)
-        .await
-        .expect("team namespace");
-    for region in lab.regions() {
-        lab.create_namespace(&region, APP)
-            .await
-            .expect("app namespace");
-    }
-    let mut world = World { lab, hub };
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    let probe_addr = probe.local_addr().expect("address").to_string();
-    drop(probe);
+    .await;
+    let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-gates", &probe_addr);
 
     a_bad_value_is_caught_in_the_canary_and_rolled_back(&world).await;

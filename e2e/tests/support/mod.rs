@@ -10,8 +10,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
-use configrollout_e2e::{HUB, Lab, LabChild, User};
-use k8s_openapi::api::core::v1::ConfigMap;
+use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, User};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -60,6 +60,22 @@ pub struct World {
 }
 
 impl World {
+    /// Starts a lab with `options`, the `team` namespace in the hub and the `app`
+    /// namespace in every region.
+    pub async fn start(options: LabOptions) -> World {
+        let lab = Lab::start(options).await.expect("lab starts");
+        let hub = lab.client(HUB, User::Admin).expect("hub admin");
+        lab.create_namespace(HUB, TEAM)
+            .await
+            .expect("team namespace");
+        for region in lab.regions() {
+            lab.create_namespace(&region, APP)
+                .await
+                .expect("app namespace");
+        }
+        World { lab, hub }
+    }
+
     pub fn region(&self, name: &str) -> Client {
         self.lab.client(name, User::Admin).expect("region client")
     }
@@ -232,4 +248,53 @@ impl Drop for WriteCounter {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A loopback address nothing listens on now, for a controller's probe server.
+pub fn free_local_addr() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    probe.local_addr().expect("address").to_string()
+}
+
+/// Everything a configuration value must never reach, as (place, text): the controller's
+/// `/metrics` at `metrics_url`, every controller log of the lab, the hub's Events in the
+/// team namespace and every rollout's status.
+pub async fn observable_output(world: &World, metrics_url: &str) -> Vec<(String, String)> {
+    let http = reqwest::Client::builder()
+        .timeout(CALL)
+        .build()
+        .expect("http client");
+    let metrics = within("scrape /metrics", async {
+        http.get(metrics_url).send().await?.text().await
+    })
+    .await;
+    let mut haystacks = vec![("metrics".to_owned(), metrics)];
+    for entry in std::fs::read_dir(world.lab.root_dir()).expect("lab dir") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.starts_with("controller-") && name.ends_with(".log") {
+            let log = std::fs::read_to_string(&path).expect("controller log");
+            assert!(log.contains("region merged"), "{name} is a real log");
+            haystacks.push((name, log));
+        }
+    }
+    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
+    let events = within("list events", events.list(&Default::default())).await;
+    assert!(!events.items.is_empty(), "the controller records events");
+    haystacks.push((
+        "events".to_owned(),
+        serde_json::to_string(&events.items).expect("events JSON"),
+    ));
+    let rollouts = within("list rollouts", world.rollouts().list(&Default::default())).await;
+    for rollout in rollouts.items {
+        haystacks.push((
+            format!("status of {}", rollout.name_any()),
+            serde_json::to_string(&rollout.status).expect("status JSON"),
+        ));
+    }
+    haystacks
 }
