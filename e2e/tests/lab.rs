@@ -2,6 +2,8 @@
 //! etcd each), the workloads and Prometheus. One lab for the whole test binary; the
 //! steps run in order on it, and at the end no lab process may be left.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -647,16 +649,7 @@ fn the_lab_runs_real_clusters_and_prometheus_and_leaves_nothing_behind() {
         (root, pids)
     });
 
-    let alive: Vec<u32> = pids.into_iter().filter(|pid| process_alive(*pid)).collect();
-    assert!(
-        alive.is_empty(),
-        "lab processes still running after drop: {alive:?}"
-    );
-    let leftovers = processes_mentioning(&root);
-    assert!(
-        leftovers.is_empty(),
-        "processes still using {root}: {leftovers:?}"
-    );
+    support::assert_lab_gone(&root, pids);
     assert!(
         !std::path::Path::new(&root).exists(),
         "the lab directory is removed"

@@ -116,14 +116,21 @@ impl World {
         }
     }
 
-    async fn set_timeout(&self, name: &str, timeout_ms: &str) {
-        let patch = serde_json::json!({"spec": {"data": {"timeout_ms": timeout_ms}}});
+    /// Merge-patches the rollout's `spec.data` (a null removes a key), as `kubectl
+    /// patch --type merge` would: a new revision.
+    async fn change_data(&self, name: &str, data: serde_json::Value) {
+        let patch = serde_json::json!({"spec": {"data": data}});
         within(
             "change the rollout's data",
             self.rollouts()
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await;
+    }
+
+    async fn set_timeout(&self, name: &str, timeout_ms: &str) {
+        self.change_data(name, serde_json::json!({"timeout_ms": timeout_ms}))
+            .await;
     }
 
     /// Sets an operator command annotation to now, as the plugin does.
@@ -189,6 +196,20 @@ fn condition<'a>(
         .unwrap_or_else(|| panic!("condition {type_} in status"))
 }
 
+/// The Halted condition says why: the gate, the region and the sample that failed.
+fn assert_canary_gate_failed(rollout: &ConfigRollout) {
+    let halted = condition(rollout, "Halted");
+    assert_eq!(halted.status, "True");
+    assert_eq!(halted.reason, "GateFailed");
+    assert!(
+        halted.message.contains("gate errors")
+            && halted.message.contains("region region-1")
+            && halted.message.contains("last sample Failed (value"),
+        "the condition names the gate, the region and the sample: {}",
+        halted.message
+    );
+}
+
 /// Declares a good revision and waits until every region holds it.
 async fn complete_with_good_value(world: &World, name: &str, shape: &Shape) {
     world.consume(name).await;
@@ -236,13 +257,7 @@ async fn a_bad_value_is_caught_in_the_canary_and_rolled_back(world: &World) {
     }
     let rolled = condition(&rolled_back, "RolledBack");
     assert_eq!(rolled.status, "True");
-    let halted = condition(&rolled_back, "Halted");
-    assert_eq!(halted.reason, "GateFailed");
-    assert!(
-        halted.message.contains("errors") && halted.message.contains("region-1"),
-        "the condition names the gate and the region: {}",
-        halted.message
-    );
+    assert_canary_gate_failed(&rolled_back);
     let canary = stage(&rolled_back, "canary");
     assert_eq!(canary.state, StageState::Failed);
     let failed = canary
@@ -274,13 +289,7 @@ async fn a_bad_value_halts_where_it_is(world: &World) {
     complete_with_good_value(world, name, &Shape::failing_fast("Halt")).await;
     world.set_timeout(name, BAD_TIMEOUT).await;
     let halted = world.wait_phase(name, "Halted", PROGRESS).await;
-    let condition = condition(&halted, "Halted");
-    assert_eq!(condition.reason, "GateFailed");
-    assert!(
-        condition.message.contains("errors") && condition.message.contains("region-1"),
-        "{}",
-        condition.message
-    );
+    assert_canary_gate_failed(&halted);
 
     // Halt stops where it is: the canary keeps the bad value, nothing else is written.
     let counters: Vec<WriteCounter> = REGIONS
@@ -503,13 +512,8 @@ impl World {
     }
 
     async fn set_limit(&self, name: &str, limit: &str) {
-        let patch = serde_json::json!({"spec": {"data": {"limit": limit}}});
-        within(
-            "change the rollout's data",
-            self.rollouts()
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
-        )
-        .await;
+        self.change_data(name, serde_json::json!({"limit": limit}))
+            .await;
     }
 
     async fn limit_in(&self, region: &str, name: &str) -> Option<String> {
@@ -639,16 +643,12 @@ async fn a_renamed_key_disappears_only_after_every_region_has_the_new_one(world:
 
     // r2 renames `timeout` to `timeout_ms`: expand (add timeout_ms) through every stage,
     // the contract pause, then contract (remove timeout) through every stage again.
-    // A merge patch removes a key by setting it to null.
-    let patch =
-        serde_json::json!({"spec": {"data": {"timeout": null, "timeout_ms": GOOD_TIMEOUT}}});
-    within(
-        "rename the key",
-        world
-            .rollouts()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
-    )
-    .await;
+    world
+        .change_data(
+            name,
+            serde_json::json!({"timeout": null, "timeout_ms": GOOD_TIMEOUT}),
+        )
+        .await;
     world.wait_complete(name, "r2").await;
     for region in REGIONS {
         let data = world.target_data(region, name).await.expect("target");

@@ -9,7 +9,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use configrollout_e2e::{Lab, LabOptions, User, process_alive, processes_mentioning};
+use configrollout_e2e::{Lab, LabOptions, User, process_alive};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -230,14 +230,5 @@ fn deployments_get_pods_that_turn_ready_and_restart() {
         (root, pids)
     });
 
-    let alive: Vec<u32> = pids.into_iter().filter(|pid| process_alive(*pid)).collect();
-    assert!(
-        alive.is_empty(),
-        "lab processes still running after drop: {alive:?}"
-    );
-    let leftovers = processes_mentioning(&root);
-    assert!(
-        leftovers.is_empty(),
-        "processes still using {root}: {leftovers:?}"
-    );
+    support::assert_lab_gone(&root, pids);
 }

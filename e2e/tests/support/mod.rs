@@ -298,3 +298,21 @@ pub async fn observable_output(world: &World, metrics_url: &str) -> Vec<(String,
     }
     haystacks
 }
+
+/// Asserts that none of a dropped lab's processes (`pids`) runs any more and that no
+/// process mentions its directory `root`.
+pub fn assert_lab_gone(root: &str, pids: Vec<u32>) {
+    let alive: Vec<u32> = pids
+        .into_iter()
+        .filter(|pid| configrollout_e2e::process_alive(*pid))
+        .collect();
+    assert!(
+        alive.is_empty(),
+        "lab processes still running after drop: {alive:?}"
+    );
+    let leftovers = configrollout_e2e::processes_mentioning(root);
+    assert!(
+        leftovers.is_empty(),
+        "processes still using {root}: {leftovers:?}"
+    );
+}
