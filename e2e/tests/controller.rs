@@ -50,10 +50,8 @@ spec:
 
 async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     let desired = SECRET_VALUES;
-    let counters: Vec<WriteCounter> = ["region-1", "region-2", "region-3"]
-        .iter()
-        .map(|region| WriteCounter::start(world.region(region), "limits"))
-        .collect();
+    let counters =
+        WriteCounter::start_in(world, &["region-1", "region-2", "region-3"], "limits").await;
     world
         .create_rollout(&two_stage_rollout("limits", "limits", &desired))
         .await;
@@ -319,10 +317,8 @@ async fn a_restarted_controller_continues_where_it_was(
     world: &World,
     controller: LabChild,
 ) -> LabChild {
-    let counters: Vec<WriteCounter> = ["region-1", "region-2", "region-3"]
-        .iter()
-        .map(|region| WriteCounter::start(world.region(region), "restart"))
-        .collect();
+    let counters =
+        WriteCounter::start_in(world, &["region-1", "region-2", "region-3"], "restart").await;
     world
         .create_rollout(&two_stage_rollout(
             "restart",

@@ -218,25 +218,50 @@ pub struct WriteCounter {
 }
 
 impl WriteCounter {
-    pub fn start(client: Client, name: &str) -> Self {
+    /// Starts counting; returns once the watch is established, so that a write made
+    /// afterwards is never folded into the watch's initial listing.
+    pub async fn start(client: Client, name: &str) -> Self {
         let api: Api<ConfigMap> = Api::namespaced(client, APP);
         let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let seen = versions.clone();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let (established, watching) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             use futures::StreamExt;
+            let mut established = Some(established);
             let mut stream = std::pin::pin!(watcher(api, config));
             while let Some(event) = stream.next().await {
-                if let Ok(watcher::Event::Apply(cm)) = event {
-                    let version = cm.resource_version().unwrap_or_default();
-                    let mut seen = seen.lock().unwrap();
-                    if !seen.contains(&version) {
-                        seen.push(version);
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(established) = established.take() {
+                            let _ = established.send(());
+                        }
                     }
+                    Ok(watcher::Event::Apply(cm)) => {
+                        let version = cm.resource_version().unwrap_or_default();
+                        let mut seen = seen.lock().unwrap();
+                        if !seen.contains(&version) {
+                            seen.push(version);
+                        }
+                    }
+                    _ => {}
                 }
             }
         });
+        within("establish the write counter's watch", async {
+            watching.await.map_err(|_| "watch ended")
+        })
+        .await;
         Self { task, versions }
+    }
+
+    /// One counter per region, each established before it returns.
+    pub async fn start_in(world: &World, regions: &[&str], name: &str) -> Vec<Self> {
+        let mut counters = Vec::new();
+        for region in regions {
+            counters.push(Self::start(world.region(region), name).await);
+        }
+        counters
     }
 
     pub fn writes(&self) -> usize {
