@@ -4,8 +4,9 @@
 
 mod support;
 
+use support::{CALL, within};
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use configrollout_e2e::manifests::{is_established, read_documents};
@@ -18,18 +19,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 
-/// Bound on every single API or HTTP call of the test.
-const CALL: Duration = Duration::from_secs(20);
 /// Bound on waiting for Prometheus to reflect a change (scrapes every 1s, 10s window).
 const PROMETHEUS_DEADLINE: Duration = Duration::from_secs(90);
-
-async fn within<T, E: std::fmt::Debug>(what: &str, call: impl Future<Output = Result<T, E>>) -> T {
-    match tokio::time::timeout(CALL, call).await {
-        Ok(Ok(value)) => value,
-        Ok(Err(e)) => panic!("{what}: {e:?}"),
-        Err(_) => panic!("{what}: no answer within {CALL:?}"),
-    }
-}
 
 fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
