@@ -147,7 +147,7 @@ pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
         }
     }
     let entries = decode_entries(&wire.entries, &stamps, |key, entry| (key, entry))?;
-    Ok(Delta::from_sorted_entries(entries.into_iter().collect()))
+    Ok(Delta::from_sorted_entries(entries))
 }
 
 fn estimate(entries: usize) -> usize {

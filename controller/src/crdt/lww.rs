@@ -20,7 +20,6 @@
 //! frontiers make tombstone collection safe.
 
 use std::cmp::Ordering;
-use std::collections::btree_map;
 use std::collections::{BTreeMap, VecDeque};
 use std::iter::Peekable;
 use std::sync::Arc;
@@ -118,9 +117,16 @@ type Entries = BTreeMap<Arc<str>, Entry>;
 
 /// A set of entries to merge into replicas: a revision, an override, a compensation. Only
 /// the keys it changes; a removed key is a tombstone.
+///
+/// The entries are one vector sorted by key, so that reading, merging and dropping a
+/// delta walk contiguous memory (a delta is built once and read once, usually cold).
+/// Inserting in key order, as a delta built from a map is, appends; an insert out of
+/// order shifts the entries after it, so large deltas come from [`FromIterator`] or
+/// [`Delta::merge`], which sort once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Delta {
-    entries: Entries,
+    /// Sorted by key, keys unique.
+    entries: Vec<(Arc<str>, Entry)>,
 }
 
 impl Delta {
@@ -132,16 +138,23 @@ impl Delta {
     /// Adds an entry; if the key is already present the greater entry is kept, so deltas
     /// can be combined (e.g. every revision a lagging region missed) without losing writes.
     pub fn insert(&mut self, key: impl Into<Arc<str>>, entry: Entry) {
-        match self.entries.entry(key.into()) {
-            btree_map::Entry::Vacant(slot) => {
-                slot.insert(entry);
-            }
-            btree_map::Entry::Occupied(mut slot) => {
-                if entry.precedence(slot.get()) == Ordering::Greater {
-                    slot.insert(entry);
+        let key = key.into();
+        let at = match self.entries.last() {
+            Some((last, _)) if **last < *key => self.entries.len(),
+            None => 0,
+            Some(_) => match self.position(&key) {
+                Ok(at) => {
+                    if let Some((_, kept)) = self.entries.get_mut(at)
+                        && entry.precedence(kept) == Ordering::Greater
+                    {
+                        *kept = entry;
+                    }
+                    return;
                 }
-            }
-        }
+                Err(at) => at,
+            },
+        };
+        self.entries.insert(at, (key, entry));
     }
 
     /// Sets `key` to `value` under `stamp`.
@@ -154,16 +167,30 @@ impl Delta {
         self.insert(key, Entry::tombstone(stamp));
     }
 
-    /// Joins another delta into this one.
+    /// Joins another delta into this one, in one pass over both.
     pub fn merge(&mut self, other: &Delta) {
-        for (key, entry) in &other.entries {
-            self.insert(Arc::clone(key), entry.clone());
+        let mine = std::mem::take(&mut self.entries);
+        let mut merged = Vec::with_capacity(mine.len() + other.len());
+        let mut theirs = other.entries.iter().peekable();
+        for (key, entry) in mine {
+            while let Some((their_key, their_entry)) = theirs.next_if(|(their, _)| *their < key) {
+                merged.push((Arc::clone(their_key), their_entry.clone()));
+            }
+            match theirs.next_if(|(their, _)| *their == key) {
+                Some((_, their_entry)) if their_entry.precedence(&entry) == Ordering::Greater => {
+                    merged.push((key, their_entry.clone()));
+                }
+                _ => merged.push((key, entry)),
+            }
         }
+        merged.extend(theirs.map(|(key, entry)| (Arc::clone(key), entry.clone())));
+        self.entries = merged;
     }
 
     /// The entry for `key`.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.get(key)
+        let at = self.position(key).ok()?;
+        self.entries.get(at).map(|(_, entry)| entry)
     }
 
     /// Entries in key order.
@@ -183,21 +210,39 @@ impl Delta {
 
     /// The greatest stamp in the delta.
     pub fn max_stamp(&self) -> Option<&Stamp> {
-        self.entries.values().map(|entry| &entry.stamp).max()
+        self.entries.iter().map(|(_, entry)| &entry.stamp).max()
     }
 
-    pub(super) fn from_sorted_entries(entries: Entries) -> Self {
+    /// Entries the codec has already validated: sorted by key, keys unique.
+    pub(super) fn from_sorted_entries(entries: Vec<(Arc<str>, Entry)>) -> Self {
         Self { entries }
+    }
+
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.entries
+            .binary_search_by(|(probe, _)| (**probe).cmp(key))
     }
 }
 
 impl<K: Into<Arc<str>>> FromIterator<(K, Entry)> for Delta {
+    /// Collects entries in any order: sorted once (in linear time when they come in key
+    /// order), and of entries for one key the greatest is kept.
     fn from_iter<I: IntoIterator<Item = (K, Entry)>>(iter: I) -> Self {
-        let mut delta = Delta::new();
-        for (key, entry) in iter {
-            delta.insert(key, entry);
-        }
-        delta
+        let mut entries: Vec<(Arc<str>, Entry)> = iter
+            .into_iter()
+            .map(|(key, entry)| (key.into(), entry))
+            .collect();
+        entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+        entries.dedup_by(|later, kept| {
+            if later.0 != kept.0 {
+                return false;
+            }
+            if later.1.precedence(&kept.1) == Ordering::Greater {
+                std::mem::swap(&mut later.1, &mut kept.1);
+            }
+            true
+        });
+        Self { entries }
     }
 }
 
@@ -942,6 +987,41 @@ mod tests {
         assert_eq!(replica.live(), BTreeMap::from([("b", "2")]));
         assert!(replica.get("a").unwrap().is_tombstone());
         assert_eq!(replica.tombstones(), 1);
+    }
+
+    #[test]
+    fn deltas_built_in_any_order_or_by_merging_agree() {
+        // Keys out of order, repeated with older and newer stamps.
+        let writes: Vec<(String, Entry)> = (0..300u64)
+            .map(|i| {
+                let key = format!("k{:03}", (i * 37) % 101);
+                (key, Entry::live(format!("v{i}"), stamp(i % 50, "alice")))
+            })
+            .collect();
+        let mut inserted = Delta::new();
+        for (key, entry) in &writes {
+            inserted.insert(key.as_str(), entry.clone());
+        }
+        let collected: Delta = writes.iter().cloned().collect();
+        let (first, second) = writes.split_at(120);
+        let mut merged: Delta = first.iter().cloned().collect();
+        merged.merge(&second.iter().cloned().collect());
+        assert_eq!(inserted, collected);
+        assert_eq!(inserted, merged);
+        assert_eq!(inserted.len(), 101);
+        let keys: Vec<&str> = inserted.iter().map(|(key, _)| key).collect();
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]));
+        // Each key keeps its greatest write.
+        for (key, entry) in inserted.iter() {
+            let greatest = writes
+                .iter()
+                .filter(|(written, _)| written == key)
+                .map(|(_, entry)| entry)
+                .max_by(|a, b| a.precedence(b));
+            assert_eq!(Some(entry), greatest, "{key}");
+            assert_eq!(inserted.get(key), Some(entry));
+        }
+        assert!(inserted.get("k999").is_none());
     }
 
     #[test]
