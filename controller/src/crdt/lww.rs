@@ -633,7 +633,7 @@ impl Replica {
             };
             added.push((at, slot));
         }
-        insert_sorted(&mut self.run, added);
+        insert_sorted(&mut self.run, added, std::convert::identity);
         self.fenced = false;
     }
 
@@ -647,8 +647,10 @@ impl Replica {
             self.fold_overlay();
         }
         let (incoming_len, _) = incoming.size_hint();
-        // Reserved, not touched: only the pages new keys fill are ever faulted in.
-        let mut added: Vec<(usize, Slot)> = Vec::with_capacity(incoming_len);
+        // New keys are set aside as references (half the size of a slot) and become
+        // slots only where they are inserted. Reserved, not touched: only the pages new
+        // keys fill are ever faulted in.
+        let mut added: Vec<(usize, Incoming<'a>)> = Vec::with_capacity(incoming_len);
         let mut at = 0;
         for (prefix, key, entry) in Lookahead::new(incoming) {
             if let Some(ahead) = self.run.get(at + LOOKAHEAD) {
@@ -673,17 +675,16 @@ impl Replica {
                 }
                 None => {
                     outcome.won += 1;
-                    let slot = Slot {
-                        prefix,
-                        key: Arc::clone(key),
-                        entry: entry.clone(),
-                    };
-                    added.push((at, slot));
+                    added.push((at, (prefix, key, entry)));
                 }
             }
         }
         if !added.is_empty() {
-            insert_sorted(&mut self.run, added);
+            insert_sorted(&mut self.run, added, |(prefix, key, entry)| Slot {
+                prefix,
+                key: Arc::clone(key),
+                entry: entry.clone(),
+            });
             self.fenced = false;
         }
         outcome
@@ -786,11 +787,12 @@ fn prefetch(address: *const u8) {
 }
 
 /// Inserts `added` into the sorted `run`: each item with the index in `run` before which
-/// it goes, items in key order (so indexes never decrease). Each run element moves once.
-/// With room to spare the run grows in place, in one backward pass that moves each
-/// element by the number of items inserted before it; otherwise the two are merged into
-/// a new buffer (growing the old one would copy every element, then move it again).
-fn insert_sorted<T>(run: &mut Vec<T>, added: Vec<(usize, T)>) {
+/// it goes, items in key order (so indexes never decrease), made into a run element by
+/// `make` where it lands. Each run element moves once. With room to spare the run grows
+/// in place, in one backward pass that moves each element by the number of items
+/// inserted before it; otherwise the two are merged into a new buffer (growing the old
+/// one would copy every element, then move it again).
+fn insert_sorted<S, T>(run: &mut Vec<T>, added: Vec<(usize, S)>, mut make: impl FnMut(S) -> T) {
     let old_len = run.len();
     let count = added.len();
     if count == 0 {
@@ -804,19 +806,32 @@ fn insert_sorted<T>(run: &mut Vec<T>, added: Vec<(usize, T)>) {
         let mut merged = Vec::with_capacity(old_len + count);
         let mut old = std::mem::take(run).into_iter();
         let mut taken = 0;
-        for (at, item) in added {
+        for (at, staged) in added {
             let at = at.clamp(taken, old_len);
             merged.extend(old.by_ref().take(at - taken));
-            merged.push(item);
+            merged.push(make(staged));
             taken = at;
         }
         merged.extend(old);
         *run = merged;
         return;
     }
+    let untouched = added
+        .iter()
+        .map(|(at, _)| *at)
+        .min()
+        .unwrap_or(old_len)
+        .min(old_len);
+    // SAFETY: shortening a vector only stops it dropping the elements past the new
+    // length. While the pass below moves them they may be duplicated bitwise, so if
+    // `make` panicked they must leak (safe), not be dropped twice.
+    unsafe {
+        run.set_len(untouched);
+    }
     let base = run.as_mut_ptr();
     let mut end = old_len;
-    for (index, (at, item)) in added.into_iter().enumerate().rev() {
+    for (index, (at, staged)) in added.into_iter().enumerate().rev() {
+        let item = make(staged);
         // Clamped so that a broken caller can only misorder, never write out of bounds.
         let at = at.min(end);
         // SAFETY: the capacity holds `old_len + count` elements. Elements `at..end` are
@@ -824,7 +839,8 @@ fn insert_sorted<T>(run: &mut Vec<T>, added: Vec<(usize, T)>) {
         // old_len`); they move to `at + index + 1..end + index + 1`, which ends at or
         // before `old_len + count` since `index < count`, and the freed slot `at + index`
         // (uninitialised, or the source of a completed bitwise move) receives `item`.
-        // Nothing here can panic, so no element is observed twice or dropped twice.
+        // Nothing in this block can panic, so no element is observed twice or dropped
+        // twice.
         unsafe {
             std::ptr::copy(base.add(at), base.add(at + index + 1), end - at);
             std::ptr::write(base.add(at + index), item);
@@ -1116,6 +1132,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn insert_sorted_leaks_rather_than_double_drops_when_making_an_item_panics() {
+        let mut run: Vec<String> = ["a", "c", "e", "g"].map(str::to_owned).to_vec();
+        run.reserve_exact(3);
+        let added = vec![(1, "b"), (2, "d"), (3, "f")];
+        let mut made = 0;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            insert_sorted(&mut run, added, |text| {
+                made += 1;
+                assert!(made < 2, "second item refused");
+                text.to_owned()
+            });
+        }));
+        assert!(outcome.is_err());
+        // Only the elements before the first insertion remain owned by the vector;
+        // dropping it (and the owned strings it still holds) must not double free.
+        assert_eq!(run, ["a"]);
+        drop(run);
+    }
+
     /// The backward insertion must place every item before the run element it names,
     /// in order, at the front, between elements, several at one index and at the end.
     #[test]
@@ -1142,7 +1178,7 @@ mod tests {
                 let mut ours: Vec<String> = run.iter().map(u32::to_string).collect();
                 ours.reserve_exact(spare);
                 let items = added.iter().map(|&(at, v)| (at, v.to_string())).collect();
-                insert_sorted(&mut ours, items);
+                insert_sorted(&mut ours, items, std::convert::identity);
                 let ours: Vec<u32> = ours.iter().map(|v| v.parse().unwrap()).collect();
                 assert_eq!(ours, expected, "run {run:?} + {added:?}, spare {spare}");
             }
