@@ -425,8 +425,8 @@ impl Replica {
     /// Applies a delta. Costs O(d log n) for a delta of d keys into n (amortised: new keys
     /// occasionally fold the overlay into the run, and the first delta after the run's
     /// layout changed rebuilds the fences, one copy per eight keys), so publishing a
-    /// small revision does not scale with the size of the configuration. Applying the same delta again changes
-    /// nothing (every entry comes back `unchanged` or `lost`).
+    /// small revision does not scale with the size of the configuration. Applying the
+    /// same delta again changes nothing (every entry comes back `unchanged` or `lost`).
     pub fn apply(&mut self, delta: &Delta) -> MergeOutcome {
         let by_lookup = lookups_are_cheaper(delta.len(), self.len());
         // A delta's memory is usually cold, and lookups update reference counts, which
