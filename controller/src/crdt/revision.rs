@@ -12,18 +12,16 @@ pub fn declare_revision(
     desired: &BTreeMap<String, String>,
     stamp: Stamp,
 ) -> Delta {
-    let mut delta = Delta::new();
-    for (key, value) in desired {
-        if previous_desired.get(key) != Some(value) {
-            delta.set(key.as_str(), value.as_str(), stamp.clone());
-        }
-    }
-    for key in previous_desired.keys() {
-        if !desired.contains_key(key) {
-            delta.remove(key.as_str(), stamp.clone());
-        }
-    }
-    delta
+    let changed = desired
+        .iter()
+        .filter(|(key, value)| previous_desired.get(*key) != Some(*value))
+        .map(|(key, value)| (key.as_str(), Entry::live(value.as_str(), stamp.clone())));
+    let removed = previous_desired
+        .keys()
+        .filter(|key| !desired.contains_key(*key))
+        .map(|key| (key.as_str(), Entry::tombstone(stamp.clone())));
+    // Collected, so the two key-ordered runs are sorted together once.
+    changed.chain(removed).collect()
 }
 
 /// Splits a revision into its expand half (new and changed keys) and its contract half

@@ -114,11 +114,13 @@ impl RevisionState {
             .map(|(key, entry)| (key, entry.clone()))
             .collect();
         if step == RevisionStep::Expand {
-            for (key, entry) in self.previous.iter() {
-                if self.state.get(key).is_some_and(Entry::is_tombstone) {
-                    delta.insert(key, entry.clone());
-                }
-            }
+            let replaced: Delta = self
+                .previous
+                .iter()
+                .filter(|(key, _)| self.state.get(key).is_some_and(Entry::is_tombstone))
+                .map(|(key, entry)| (key, entry.clone()))
+                .collect();
+            delta.merge(&replaced);
         }
         delta
     }
