@@ -86,6 +86,13 @@ fn lab_manifests(cluster_kind: &str) -> PathBuf {
         .join(cluster_kind)
 }
 
+/// A file of the product's `deploy/`: the lab's controller user is bound to the roles the
+/// product ships (`deploy/rbac.yaml` in the hub, `deploy/region-rbac.yaml` in each region),
+/// never to broader lab-only ones, so the lab proves that they suffice.
+fn deploy_manifest(file: &str) -> PathBuf {
+    repository_root().join("deploy").join(file)
+}
+
 /// Name of the `i`-th region (0-based): `region-1`, `region-2`, ...
 pub fn region_name(index: usize) -> String {
     format!("region-{}", index + 1)
@@ -218,6 +225,7 @@ impl Lab {
 
         let hub = self.hub.client(User::Admin)?;
         manifests::apply_path(&hub, &lab_manifests("hub")).await?;
+        manifests::apply_path(&hub, &deploy_manifest("rbac.yaml")).await?;
         let applied = manifests::apply_path(&hub, &options.crds_dir).await?;
         self.crds = applied
             .iter()
@@ -239,6 +247,7 @@ impl Lab {
         for name in &names {
             let client = self.client(name, User::Admin)?;
             manifests::apply_path(&client, &lab_manifests("region")).await?;
+            manifests::apply_path(&client, &deploy_manifest("region-rbac.yaml")).await?;
             self.register_region(name).await?;
         }
         for slot in &mut self.regions {
@@ -578,6 +587,35 @@ impl Lab {
                 seconds: CALL_TIMEOUT.as_secs(),
                 detail: "no answer".to_owned(),
             })??;
+        Ok(())
+    }
+
+    /// Sets annotations on a namespace of `cluster`, as the admin: in the hub, this is how
+    /// a platform admin grants a team's rollouts more than their own namespace
+    /// (`configrollout::engine::tenancy`).
+    pub async fn annotate_namespace(
+        &self,
+        cluster: &str,
+        name: &str,
+        annotations: &[(&str, &str)],
+    ) -> Result<(), LabError> {
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client(cluster, User::Admin)?);
+        let annotations: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), json!(value)))
+            .collect();
+        let patch = json!({"metadata": {"annotations": annotations}});
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map_err(|_| LabError::NotReady {
+            what: format!("annotations of namespace {name} in {cluster}"),
+            seconds: CALL_TIMEOUT.as_secs(),
+            detail: "no answer".to_owned(),
+        })??;
         Ok(())
     }
 

@@ -118,7 +118,7 @@ async fn leadership_holds(candidates: &[&Candidate], leader: usize, period: Dura
 }
 
 async fn two_candidates_elect_exactly_one_and_a_release_hands_over(lab: &Lab) {
-    let lease = "leader-e2e-release";
+    let lease = "configrollout-controller";
     let a = candidate(lab, lease, "e2e-a");
     let b = candidate(lab, lease, "e2e-b");
     let first = leader_among(&[&a, &b]).await;
@@ -163,7 +163,7 @@ async fn two_candidates_elect_exactly_one_and_a_release_hands_over(lab: &Lab) {
 }
 
 async fn a_leader_that_stops_renewing_is_replaced_after_expiry(lab: &Lab) {
-    let lease = "leader-e2e-crash";
+    let lease = "configrollout-controller";
     let a = candidate(lab, lease, "e2e-c");
     assert_eq!(leader_among(&[&a]).await, 0);
     let b = candidate(lab, lease, "e2e-d");
