@@ -25,10 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
-use crate::gates::prometheus::{PrometheusEndpoints, PrometheusProvider};
+use crate::gates::prometheus::{PrometheusEndpoints, PrometheusProvider, ResponseLimits};
 use crate::reconcile::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
 use crate::reconcile::{self, Context, ReconcileError, region_status};
-use crate::regions::clients::RegionClients;
+use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
 use crate::telemetry::health::{self, Health, ServerLimits};
 use crate::telemetry::logging::{self, LogFormat};
@@ -38,8 +38,6 @@ use crate::telemetry::metrics::{Metrics, ReconcileResult};
 pub const CONTROLLER_NAME: &str = "configrollout-controller";
 /// Key of the digest key Secret's data.
 const DIGEST_KEY_FIELD: &str = "key";
-/// How far ahead of local time a stored stamp may be before the clock refuses it.
-const MAX_CLOCK_DRIFT_MS: u64 = 60_000;
 /// How often Region reachability is probed.
 const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
 
@@ -86,10 +84,18 @@ pub struct Options {
     pub log_filter: String,
     /// Prometheus for regions that name none.
     pub prometheus_url: Option<String>,
+    /// Bounds on every Prometheus answer (`--prometheus-max-response-bytes`,
+    /// `--prometheus-max-series`); an answer over them is an Inconclusive sample.
+    pub prometheus_limits: ResponseLimits,
     /// Secret holding the digest key (created with a random key when absent).
     pub digest_key_secret: String,
     /// Lease duration.
     pub lease_duration: Duration,
+    /// Let Region kubeconfigs run commands, read the controller's files and skip TLS
+    /// verification (off: they may not; see `CredentialPolicy`).
+    pub allow_unsafe_kubeconfig: bool,
+    /// Require four-eyes approvals on every rollout, whatever its `spec.fourEyes`.
+    pub four_eyes: bool,
 }
 
 impl Options {
@@ -131,9 +137,30 @@ impl Options {
             .map_err(|e| AppError::Usage(format!("--log-format: {e}")))?;
         let log_filter = take("log-filter", "info");
         let prometheus_url = Some(take("prometheus-url", "")).filter(|url| !url.is_empty());
+        let prometheus_limits = ResponseLimits {
+            max_bytes: parse_positive(
+                "prometheus-max-response-bytes",
+                &take(
+                    "prometheus-max-response-bytes",
+                    &ResponseLimits::DEFAULT_MAX_BYTES.to_string(),
+                ),
+            )?,
+            max_series: parse_positive(
+                "prometheus-max-series",
+                &take(
+                    "prometheus-max-series",
+                    &ResponseLimits::DEFAULT_MAX_SERIES.to_string(),
+                ),
+            )?,
+        };
         let digest_key_secret = take("digest-key-secret", "configrollout-digest-key");
         let lease_duration = crate::api::parse_duration(&take("lease-duration", "15s"))
             .map_err(|e| AppError::Usage(format!("--lease-duration: {e}")))?;
+        let allow_unsafe_kubeconfig = parse_bool(
+            "allow-unsafe-kubeconfig",
+            &take("allow-unsafe-kubeconfig", "false"),
+        )?;
+        let four_eyes = parse_bool("four-eyes", &take("four-eyes", "false"))?;
         if let Some(unknown) = given.keys().next() {
             return Err(AppError::Usage(format!("unknown option --{unknown}")));
         }
@@ -146,8 +173,11 @@ impl Options {
             log_format,
             log_filter,
             prometheus_url,
+            prometheus_limits,
             digest_key_secret,
             lease_duration,
+            allow_unsafe_kubeconfig,
+            four_eyes,
         })
     }
 }
@@ -158,6 +188,15 @@ fn parse_bool(flag: &str, value: &str) -> Result<bool, AppError> {
         "false" => Ok(false),
         other => Err(AppError::Usage(format!(
             "--{flag}: expected true or false, got {other:?}"
+        ))),
+    }
+}
+
+fn parse_positive(flag: &str, value: &str) -> Result<usize, AppError> {
+    match value.parse::<usize>() {
+        Ok(number) if number > 0 => Ok(number),
+        _ => Err(AppError::Usage(format!(
+            "--{flag}: expected a positive whole number, got {value:?}"
         ))),
     }
 }
@@ -236,22 +275,34 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
     let ctx = Arc::new(Context {
         hub: hub.clone(),
-        region_clients: RegionClients::new(hub.clone()),
+        region_clients: RegionClients::new(
+            hub.clone(),
+            CredentialPolicy {
+                controller_namespace: options.namespace.clone(),
+                allow_unsafe_kubeconfig: options.allow_unsafe_kubeconfig,
+            },
+        ),
         digest_key,
         clock: Mutex::new(Hlc::new(
             WriterId::rollout(&options.namespace, CONTROLLER_NAME)
                 .map_err(|e| AppError::Startup(e.to_string()))?,
-            MAX_CLOCK_DRIFT_MS,
+            u64::try_from(reconcile::MAX_CLOCK_DRIFT.as_millis()).unwrap_or(u64::MAX),
         )),
         adopt_writer: WriterId::override_by("drift-adopted")
             .map_err(|e| AppError::Startup(e.to_string()))?,
-        gates: Arc::new(PrometheusProvider::new(http, endpoints.clone())),
+        gates: Arc::new(PrometheusProvider::new(
+            http,
+            endpoints.clone(),
+            options.prometheus_limits,
+        )),
         recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
         leading: {
             let leader = leader.clone();
             Arc::new(move || leader.is_leading())
         },
         metrics: metrics.clone(),
+        four_eyes_default: options.four_eyes,
+        policies: Default::default(),
     });
 
     // Caches: the controller's watches need the CRDs served; one list proves it.
@@ -472,15 +523,46 @@ mod tests {
             "--leader-election",
             "false",
             "--prometheus-url=http://127.0.0.1:9090",
+            "--prometheus-max-response-bytes",
+            "1048576",
+            "--prometheus-max-series=50",
+            "--allow-unsafe-kubeconfig=true",
         ])
         .unwrap();
         assert_eq!(options.namespace, "ops");
         assert_eq!(options.log_format, LogFormat::Json);
         assert!(!options.leader_election);
+        assert!(options.allow_unsafe_kubeconfig);
         assert_eq!(
             options.prometheus_url.as_deref(),
             Some("http://127.0.0.1:9090")
         );
+        assert_eq!(
+            options.prometheus_limits,
+            ResponseLimits {
+                max_bytes: 1_048_576,
+                max_series: 50,
+            }
+        );
+    }
+
+    #[test]
+    fn prometheus_answers_are_bounded_by_default() {
+        let options = parse(&[]).unwrap();
+        assert_eq!(options.prometheus_limits.max_bytes, 4 * 1024 * 1024);
+        assert_eq!(options.prometheus_limits.max_series, 1000);
+    }
+
+    #[test]
+    fn a_zero_or_malformed_prometheus_limit_is_refused() {
+        for args in [
+            ["--prometheus-max-series", "0"],
+            ["--prometheus-max-series", "-1"],
+            ["--prometheus-max-response-bytes", "4Mi"],
+        ] {
+            let error = parse(&args).unwrap_err();
+            assert!(error.to_string().contains(args[0]), "{error}");
+        }
     }
 
     #[test]
@@ -493,6 +575,12 @@ mod tests {
     fn a_flag_without_value_is_named() {
         let error = parse(&["--namespace"]).unwrap_err();
         assert!(error.to_string().contains("--namespace"), "{error}");
+    }
+
+    #[test]
+    fn unsafe_kubeconfigs_are_refused_by_default() {
+        let options = parse(&[]).unwrap();
+        assert!(!options.allow_unsafe_kubeconfig);
     }
 
     #[test]

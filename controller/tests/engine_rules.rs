@@ -292,6 +292,25 @@ fn a_gate_fails_closed_on_inconclusives_beyond_its_limit() {
 }
 
 #[test]
+fn an_inconclusive_sample_says_why_the_query_failed() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 1, "inconclusiveLimit": 0}),
+        )),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| {
+        QueryResult::Error("Prometheus answer has 3 series, over the limit of 2".into())
+    });
+    world.run(3, 10);
+    let sample = &world.status.stages[0].gates[0].samples[0];
+    assert_eq!(
+        sample.message.as_deref(),
+        Some("query error: Prometheus answer has 3 series, over the limit of 2")
+    );
+}
+
+#[test]
 fn a_failed_gate_halts_and_the_reason_names_gate_region_and_sample() {
     let mut world = World::new(
         spec(gated(
@@ -706,8 +725,10 @@ fn conditions_carry_observed_generation_and_keep_transition_time_until_they_flip
         .clone();
     assert_eq!(awaiting.status, "True");
     assert!(awaiting.last_transition_time > first.last_transition_time);
+    // Drifted is the region layer's; AdmissionPolicies is set once the reconcile has
+    // checked the policies (see `the_policies_approvals_rely_on_are_reported`).
     for type_ in conditions::ROLLOUT_CONDITION_TYPES {
-        if type_ != conditions::DRIFTED {
+        if type_ != conditions::DRIFTED && type_ != conditions::ADMISSION_POLICIES {
             assert!(world.condition(type_).is_some(), "{type_}");
         }
     }

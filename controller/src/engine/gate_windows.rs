@@ -16,7 +16,9 @@ use crate::api::{
     ConfigRolloutSpec, ConfigRolloutStatus, Gate, GateSample, GateStatus, GateVerdict,
     RolloutPhase, SampleVerdict, StageState,
 };
-use crate::gates::{Condition, TemplateValues, Verdict, evaluate, render, uses_placeholder};
+use crate::gates::{
+    Condition, QueryResult, TemplateValues, Verdict, evaluate, render, uses_placeholder,
+};
 
 use super::clock::{from_time, spec_duration, to_time};
 use super::observations::GateSampleObservation;
@@ -295,7 +297,13 @@ fn record_samples<'o>(
                 let reason = evaluation
                     .reason
                     .map_or("inconclusive", |reason| reason.as_str());
-                (SampleVerdict::Inconclusive, Some(reason.to_owned()))
+                let message = match &sample.result {
+                    // The provider's reason (a timeout, an answer over the controller's
+                    // bounds) is what a person needs; it never carries query output.
+                    QueryResult::Error(why) => bounded(&format!("{reason}: {why}")),
+                    _ => reason.to_owned(),
+                };
+                (SampleVerdict::Inconclusive, Some(message))
             }
         };
         window.samples.push(GateSample {
@@ -345,4 +353,14 @@ fn failure_message(gate: &Gate, window: &GateStatus, stage: &str) -> String {
         })
         .unwrap_or_default();
     format!("gate {} failed in {place}: {counts}{last}", gate.name)
+}
+
+/// Longest sample message kept in status.
+const MAX_SAMPLE_MESSAGE: usize = 256;
+
+fn bounded(message: &str) -> String {
+    match message.char_indices().nth(MAX_SAMPLE_MESSAGE) {
+        Some((cut, _)) => format!("{}…", &message[..cut]),
+        None => message.to_owned(),
+    }
 }

@@ -1,17 +1,113 @@
 //! Gate samples from Prometheus: a region's own server when its `Region` names one,
 //! the controller's default otherwise.
+//!
+//! A gate query is a tenant's own PromQL, so its answer is bounded before it is trusted
+//! (see [`ResponseLimits`]): the body is refused from its `Content-Length` before any byte
+//! is read, or read chunk by chunk and abandoned as soon as it passes the byte cap; a
+//! vector is counted before it is built and refused when it has more series than the
+//! series cap. Either is a [`QueryResult::Error`], so an Inconclusive sample, never an
+//! out-of-memory in the shared controller.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use prometheus_http_query::response::Data;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 use super::provider::{GateProvider, SampleFuture};
 use super::verdict::{Labels, QueryResult};
 
 /// How long one query may take, end to end, before the sample is Inconclusive.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest Prometheus `error` text kept in a sample's reason, in characters.
+pub const MAX_ERROR_CHARS: usize = 200;
+
+/// Longest Prometheus `errorType` (or unknown `resultType`) kept in a reason, in characters.
+const MAX_NAME_CHARS: usize = 32;
+
+/// How much of a Prometheus answer the controller accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseLimits {
+    /// Largest response body, in bytes.
+    pub max_bytes: usize,
+    /// Most series in an instant vector.
+    pub max_series: usize,
+}
+
+impl ResponseLimits {
+    /// Default [`ResponseLimits::max_bytes`]: 4 MiB.
+    pub const DEFAULT_MAX_BYTES: usize = 4 * 1024 * 1024;
+    /// Default [`ResponseLimits::max_series`].
+    pub const DEFAULT_MAX_SERIES: usize = 1000;
+}
+
+impl Default for ResponseLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+            max_series: Self::DEFAULT_MAX_SERIES,
+        }
+    }
+}
+
+/// Why a query gave no usable answer. The text becomes the Inconclusive sample's reason in
+/// rollout status, so it is short and carries neither the endpoint URL nor the response
+/// body, except Prometheus's own `error` text cut to [`MAX_ERROR_CHARS`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// Neither the region nor the controller names a Prometheus.
+    #[error("no Prometheus endpoint configured")]
+    NoEndpoint,
+    /// The endpoint is not an http(s) base URL.
+    #[error("the Prometheus URL is not a valid http(s) URL")]
+    BadUrl,
+    /// No complete answer within [`QUERY_TIMEOUT`].
+    #[error("no answer within {QUERY_TIMEOUT:?}")]
+    Timeout,
+    /// The request could not be sent or the answer not read.
+    #[error("Prometheus {0}")]
+    Transport(&'static str),
+    /// The body is larger than [`ResponseLimits::max_bytes`].
+    #[error("Prometheus answer larger than the limit of {max_bytes} bytes")]
+    TooLarge {
+        /// The cap.
+        max_bytes: usize,
+    },
+    /// The vector has more series than [`ResponseLimits::max_series`].
+    #[error("Prometheus answer has {series} series, over the limit of {max_series}")]
+    TooManySeries {
+        /// Series in the answer.
+        series: usize,
+        /// The cap.
+        max_series: usize,
+    },
+    /// The answer is not JSON (typically a proxy's error page).
+    #[error("Prometheus answered HTTP {status} without JSON")]
+    NotJson {
+        /// HTTP status code.
+        status: u16,
+    },
+    /// The answer is JSON but not a Prometheus query answer.
+    #[error("malformed Prometheus answer: {0}")]
+    Malformed(String),
+    /// Prometheus refused or failed the query (`status: error`).
+    #[error("Prometheus error {error_type}: {message}")]
+    Prometheus {
+        /// `errorType`, bounded.
+        error_type: String,
+        /// `error`, bounded to [`MAX_ERROR_CHARS`].
+        message: String,
+    },
+    /// A range vector is not a gate's answer.
+    #[error("the query returned a range vector; gates need an instant vector or scalar")]
+    RangeVector,
+    /// Any other result type (`string`, or one this controller does not know).
+    #[error("the query returned a {0} result; gates need an instant vector or scalar")]
+    UnsupportedType(String),
+}
 
 /// Prometheus endpoints by region, shared with whoever keeps them current (the Region
 /// watcher), plus the default.
@@ -51,30 +147,62 @@ impl PrometheusEndpoints {
 pub struct PrometheusProvider {
     http: reqwest::Client,
     endpoints: PrometheusEndpoints,
+    limits: ResponseLimits,
 }
 
 impl PrometheusProvider {
     /// A provider querying `endpoints` through `http` (which should carry its own
-    /// connect timeout; every query is also bounded by [`QUERY_TIMEOUT`]).
-    pub fn new(http: reqwest::Client, endpoints: PrometheusEndpoints) -> Self {
-        Self { http, endpoints }
+    /// connect timeout; every query is also bounded by [`QUERY_TIMEOUT`]), accepting
+    /// answers within `limits`.
+    pub fn new(
+        http: reqwest::Client,
+        endpoints: PrometheusEndpoints,
+        limits: ResponseLimits,
+    ) -> Self {
+        Self {
+            http,
+            endpoints,
+            limits,
+        }
     }
 
     async fn query(&self, region: Option<&str>, query: &str) -> QueryResult {
-        let Some(url) = self.endpoints.url_for(region) else {
-            return QueryResult::Error("no Prometheus endpoint configured".to_owned());
-        };
-        let client = match prometheus_http_query::Client::from(self.http.clone(), &url) {
-            Ok(client) => client,
-            Err(error) => return QueryResult::Error(format!("Prometheus URL: {error}")),
-        };
-        let timeout_ms = i64::try_from(QUERY_TIMEOUT.as_millis()).unwrap_or(i64::MAX);
-        let request = client.query(query).timeout(timeout_ms).get();
-        match tokio::time::timeout(QUERY_TIMEOUT, request).await {
-            Err(_) => QueryResult::Error(format!("no answer within {QUERY_TIMEOUT:?}")),
-            Ok(Err(error)) => QueryResult::Error(error.to_string()),
-            Ok(Ok(response)) => from_data(response.data()),
+        let outcome =
+            match tokio::time::timeout(QUERY_TIMEOUT, self.instant_query(region, query)).await {
+                Err(_) => Err(QueryError::Timeout),
+                Ok(outcome) => outcome,
+            };
+        outcome.unwrap_or_else(|error| {
+            tracing::debug!(region = region.unwrap_or(""), %error, "gate sample inconclusive");
+            QueryResult::Error(error.to_string())
+        })
+    }
+
+    /// `GET /api/v1/query` with `query` and `timeout`, as Prometheus's HTTP API defines it.
+    async fn instant_query(
+        &self,
+        region: Option<&str>,
+        query: &str,
+    ) -> Result<QueryResult, QueryError> {
+        let base = self
+            .endpoints
+            .url_for(region)
+            .ok_or(QueryError::NoEndpoint)?;
+        let url = query_url(&base, query)?;
+        let mut response = self
+            .http
+            .get(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(transport)?;
+        if !is_json(response.headers()) {
+            return Err(QueryError::NotJson {
+                status: response.status().as_u16(),
+            });
         }
+        let body = read_bounded(&mut response, self.limits.max_bytes).await?;
+        parse_answer(&body, self.limits)
     }
 }
 
@@ -84,26 +212,547 @@ impl GateProvider for PrometheusProvider {
     }
 }
 
-/// Converts an instant query's data; a range vector is not a gate's answer.
-fn from_data(data: &Data) -> QueryResult {
-    match data {
-        Data::Scalar(sample) => QueryResult::Scalar(sample.value()),
-        Data::Vector(series) if series.is_empty() => QueryResult::Empty,
-        Data::Vector(series) => QueryResult::Vector(
-            series
-                .iter()
-                .map(|element| {
-                    let labels: Labels = element
-                        .metric()
-                        .iter()
-                        .map(|(name, value)| (name.clone(), value.clone()))
-                        .collect();
-                    (labels, element.sample().value())
-                })
-                .collect(),
-        ),
-        Data::Matrix(_) => QueryResult::Error(
-            "the query returned a range vector; gates need an instant vector or scalar".to_owned(),
-        ),
+/// The instant-query URL under `base` (which may carry a path prefix, e.g. behind a proxy).
+fn query_url(base: &str, query: &str) -> Result<reqwest::Url, QueryError> {
+    let mut url = reqwest::Url::parse(base).map_err(|_| QueryError::BadUrl)?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        return Err(QueryError::BadUrl);
+    }
+    let path = format!("{}/api/v1/query", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url.set_fragment(None);
+    url.query_pairs_mut()
+        .append_pair("query", query)
+        .append_pair("timeout", &format!("{}ms", QUERY_TIMEOUT.as_millis()));
+    Ok(url)
+}
+
+fn is_json(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A reqwest failure as a reason: its kind only (the error's text names the URL).
+fn transport(error: reqwest::Error) -> QueryError {
+    let error = error.without_url();
+    if error.is_timeout() {
+        return QueryError::Timeout;
+    }
+    tracing::debug!(error = %ErrorChain(&error), "Prometheus request failed");
+    QueryError::Transport(if error.is_connect() {
+        "unreachable"
+    } else if error.is_body() || error.is_decode() {
+        "answer cut off"
+    } else {
+        "request failed"
+    })
+}
+
+/// Displays an error with its sources, for logs.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}
+
+/// Reads the body chunk by chunk, giving up as soon as it passes `max_bytes` (or at once
+/// when its announced length does).
+async fn read_bounded(
+    response: &mut reqwest::Response,
+    max_bytes: usize,
+) -> Result<Vec<u8>, QueryError> {
+    let too_large = QueryError::TooLarge { max_bytes };
+    let announced = response.content_length();
+    if announced.is_some_and(|length| length > u64::try_from(max_bytes).unwrap_or(u64::MAX)) {
+        return Err(too_large);
+    }
+    let capacity = announced
+        .and_then(|length| usize::try_from(length).ok())
+        .unwrap_or(0)
+        .min(max_bytes);
+    let mut body = Vec::with_capacity(capacity);
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        if chunk.len() > max_bytes.saturating_sub(body.len()) {
+            return Err(too_large);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The envelope of an answer, read first: the status, the error, the result type, and
+/// the number of result elements, counted without building them.
+#[derive(Deserialize)]
+struct Outline {
+    status: Status,
+    #[serde(default)]
+    data: Option<OutlineData>,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Success,
+    Error,
+}
+
+#[derive(Deserialize)]
+struct OutlineData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: ElementCount,
+}
+
+/// The length of a JSON array, skipping its elements.
+struct ElementCount(usize);
+
+impl<'de> Deserialize<'de> for ElementCount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Counter;
+        impl<'de> Visitor<'de> for Counter {
+            type Value = ElementCount;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ElementCount, A::Error> {
+                let mut count = 0_usize;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    count = count.saturating_add(1);
+                }
+                Ok(ElementCount(count))
+            }
+        }
+        deserializer.deserialize_seq(Counter)
+    }
+}
+
+/// A successful answer, read second, once its result is known to be within bounds.
+#[derive(Deserialize)]
+struct Answer<R> {
+    data: AnswerData<R>,
+}
+
+#[derive(Deserialize)]
+struct AnswerData<R> {
+    result: R,
+}
+
+/// One element of an instant vector.
+#[derive(Deserialize)]
+struct Series {
+    metric: Labels,
+    value: Point,
+}
+
+/// `[timestamp, "value"]`.
+#[derive(Deserialize)]
+struct Point(IgnoredAny, SampleValue);
+
+/// A sample value, which Prometheus sends as a string (`"0.5"`, `"NaN"`, `"+Inf"`).
+struct SampleValue(f64);
+
+impl<'de> Deserialize<'de> for SampleValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Value;
+        impl Visitor<'_> for Value {
+            type Value = SampleValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number in a string")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<SampleValue, E> {
+                text.parse()
+                    .map(SampleValue)
+                    .map_err(|_| E::custom("a sample value is not a number"))
+            }
+        }
+        deserializer.deserialize_str(Value)
+    }
+}
+
+/// Parses a query answer within `limits`; a range vector is not a gate's answer.
+fn parse_answer(body: &[u8], limits: ResponseLimits) -> Result<QueryResult, QueryError> {
+    let outline: Outline = serde_json::from_slice(body).map_err(malformed)?;
+    if let Status::Error = outline.status {
+        return Err(QueryError::Prometheus {
+            error_type: bounded(
+                outline.error_type.as_deref().unwrap_or("unknown"),
+                MAX_NAME_CHARS,
+            ),
+            message: bounded(outline.error.as_deref().unwrap_or(""), MAX_ERROR_CHARS),
+        });
+    }
+    let Some(data) = outline.data else {
+        return Err(QueryError::Malformed("no data".to_owned()));
+    };
+    match data.result_type.as_str() {
+        "vector" => {
+            let series = data.result.0;
+            if series > limits.max_series {
+                return Err(QueryError::TooManySeries {
+                    series,
+                    max_series: limits.max_series,
+                });
+            }
+            let answer: Answer<Vec<Series>> = serde_json::from_slice(body).map_err(malformed)?;
+            let elements = answer.data.result;
+            if elements.is_empty() {
+                return Ok(QueryResult::Empty);
+            }
+            Ok(QueryResult::Vector(
+                elements
+                    .into_iter()
+                    .map(|series| (series.metric, series.value.1.0))
+                    .collect(),
+            ))
+        }
+        "scalar" => {
+            let answer: Answer<Point> = serde_json::from_slice(body).map_err(malformed)?;
+            Ok(QueryResult::Scalar(answer.data.result.1.0))
+        }
+        "matrix" => Err(QueryError::RangeVector),
+        other => Err(QueryError::UnsupportedType(bounded(other, MAX_NAME_CHARS))),
+    }
+}
+
+/// Where and how the JSON was wrong, never what it said.
+fn malformed(error: serde_json::Error) -> QueryError {
+    use serde_json::error::Category;
+    let what = match error.classify() {
+        Category::Syntax => "not JSON",
+        Category::Eof => "truncated",
+        Category::Data => "unexpected shape",
+        Category::Io => "unreadable",
+    };
+    QueryError::Malformed(format!(
+        "{what} at line {}, column {}",
+        error.line(),
+        error.column()
+    ))
+}
+
+/// At most `max_chars` characters of `text`, control characters blanked, `…` when cut.
+fn bounded(text: &str, max_chars: usize) -> String {
+    let mut kept: String = text
+        .chars()
+        .take(max_chars)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(max_chars).is_some() {
+        kept.push('…');
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
+
+    fn limits(max_bytes: usize, max_series: usize) -> ResponseLimits {
+        ResponseLimits {
+            max_bytes,
+            max_series,
+        }
+    }
+
+    fn parse(body: &str) -> Result<QueryResult, QueryError> {
+        parse_answer(body.as_bytes(), ResponseLimits::default())
+    }
+
+    fn vector_answer(series: usize) -> String {
+        let elements: Vec<String> = (0..series)
+            .map(|i| format!(r#"{{"metric":{{"pod":"p{i}"}},"value":[1700000000.5,"{i}"]}}"#))
+            .collect();
+        format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+            elements.join(",")
+        )
+    }
+
+    /// What the canned server sends after the response head.
+    enum Body {
+        Bytes(&'static str),
+        /// Spaces until the client hangs up.
+        Endless,
+        /// Nothing, with the connection held open.
+        Never,
+    }
+
+    /// Serves `head` then `body` to every connection on 127.0.0.1; returns the base URL
+    /// and the request heads received.
+    async fn serve(head: String, body: Body) -> (String, mpsc::UnboundedReceiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (seen, requests) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buffer = [0_u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = seen.send(String::from_utf8_lossy(&request).into_owned());
+                if stream.write_all(head.as_bytes()).await.is_err() {
+                    continue;
+                }
+                match body {
+                    Body::Bytes(bytes) => {
+                        let _ = stream.write_all(bytes.as_bytes()).await;
+                    }
+                    Body::Endless => {
+                        let chunk = vec![b' '; 64 * 1024];
+                        while stream.write_all(&chunk).await.is_ok() {}
+                    }
+                    Body::Never => tokio::time::sleep(Duration::from_secs(60)).await,
+                }
+                let _ = stream.shutdown().await;
+            }
+        });
+        (format!("http://{address}"), requests)
+    }
+
+    fn json_head(content_length: Option<u64>) -> String {
+        let length = content_length
+            .map(|length| format!("Content-Length: {length}\r\n"))
+            .unwrap_or_default();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{length}Connection: close\r\n\r\n"
+        )
+    }
+
+    fn provider(base: &str, limits: ResponseLimits) -> PrometheusProvider {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(QUERY_TIMEOUT)
+            .build()
+            .unwrap();
+        PrometheusProvider::new(
+            http,
+            PrometheusEndpoints::new(Some(base.to_owned())),
+            limits,
+        )
+    }
+
+    fn error_text(result: QueryResult) -> String {
+        match result {
+            QueryResult::Error(text) => text,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_vector_answer_comes_from_an_instant_query() {
+        let body: &'static str = vector_answer(2).leak();
+        let (base, mut requests) =
+            serve(json_head(Some(body.len() as u64)), Body::Bytes(body)).await;
+        let provider = provider(&format!("{base}/prom/"), ResponseLimits::default());
+        let result = provider.sample(None, "sum(up{job=\"a b\"})").await;
+        let expected = QueryResult::Vector(vec![
+            (Labels::from([("pod".to_owned(), "p0".to_owned())]), 0.0),
+            (Labels::from([("pod".to_owned(), "p1".to_owned())]), 1.0),
+        ]);
+        assert_eq!(result, expected);
+        let request = requests.recv().await.unwrap();
+        let line = request.lines().next().unwrap();
+        assert_eq!(
+            line,
+            "GET /prom/api/v1/query?query=sum%28up%7Bjob%3D%22a+b%22%7D%29&timeout=10000ms HTTP/1.1"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_byte_cap_is_abandoned_unread() {
+        let (base, _requests) = serve(json_head(None), Body::Endless).await;
+        let provider = provider(&base, limits(64 * 1024, 1000));
+        let started = std::time::Instant::now();
+        let reason = error_text(provider.sample(Some("any"), "up").await);
+        assert_eq!(
+            reason,
+            "Prometheus answer larger than the limit of 65536 bytes"
+        );
+        assert!(started.elapsed() < QUERY_TIMEOUT, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn an_announced_length_over_the_byte_cap_is_refused_before_reading() {
+        let (base, _requests) = serve(json_head(Some(1 << 40)), Body::Never).await;
+        let provider = provider(&base, ResponseLimits::default());
+        let started = std::time::Instant::now();
+        let reason = error_text(provider.sample(None, "up").await);
+        assert_eq!(
+            reason,
+            "Prometheus answer larger than the limit of 4194304 bytes"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_non_json_answer_is_refused_without_its_body() {
+        let head = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: 20\r\nConnection: close\r\n\r\n";
+        let (base, _requests) = serve(head.to_owned(), Body::Bytes("<h1>secret page</h1>")).await;
+        let reason = error_text(
+            provider(&base, ResponseLimits::default())
+                .sample(None, "up")
+                .await,
+        );
+        assert_eq!(reason, "Prometheus answered HTTP 502 without JSON");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_does_not_name_its_url() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        drop(listener);
+        let base = format!("http://user:password@{address}/");
+        let reason = error_text(
+            provider(&base, ResponseLimits::default())
+                .sample(None, "up")
+                .await,
+        );
+        assert_eq!(reason, "Prometheus unreachable");
+        let no_url = error_text(
+            provider("not a url", ResponseLimits::default())
+                .sample(None, "up")
+                .await,
+        );
+        assert_eq!(no_url, "the Prometheus URL is not a valid http(s) URL");
+    }
+
+    #[tokio::test]
+    async fn no_endpoint_is_an_error() {
+        let http = reqwest::Client::new();
+        let provider = PrometheusProvider::new(
+            http,
+            PrometheusEndpoints::new(None),
+            ResponseLimits::default(),
+        );
+        assert_eq!(
+            provider.sample(Some("r"), "up").await,
+            QueryResult::Error("no Prometheus endpoint configured".to_owned())
+        );
+    }
+
+    #[test]
+    fn more_series_than_the_cap_are_refused_naming_it() {
+        let body = vector_answer(3);
+        assert_eq!(
+            parse_answer(body.as_bytes(), limits(1 << 20, 2))
+                .unwrap_err()
+                .to_string(),
+            "Prometheus answer has 3 series, over the limit of 2"
+        );
+        assert!(matches!(
+            parse_answer(body.as_bytes(), limits(1 << 20, 3)),
+            Ok(QueryResult::Vector(series)) if series.len() == 3
+        ));
+    }
+
+    #[test]
+    fn scalar_and_empty_answers_keep_their_meaning() {
+        assert_eq!(
+            parse(
+                r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.25"]}}"#
+            ),
+            Ok(QueryResult::Scalar(0.25))
+        );
+        assert_eq!(
+            parse(
+                r#"{"status":"success","data":{"resultType":"vector","result":[]},"warnings":["w"]}"#
+            ),
+            Ok(QueryResult::Empty)
+        );
+    }
+
+    #[test]
+    fn special_values_parse_as_floats() {
+        let value = |text: &str| {
+            let body = format!(
+                r#"{{"status":"success","data":{{"resultType":"scalar","result":[1,"{text}"]}}}}"#
+            );
+            match parse(&body) {
+                Ok(QueryResult::Scalar(value)) => value,
+                other => panic!("{text}: {other:?}"),
+            }
+        };
+        assert!(value("NaN").is_nan());
+        assert_eq!(value("+Inf"), f64::INFINITY);
+        assert_eq!(value("-Inf"), f64::NEG_INFINITY);
+        assert_eq!(value("1e-3"), 0.001);
+    }
+
+    #[test]
+    fn a_prometheus_error_keeps_only_a_bounded_text() {
+        assert_eq!(
+            parse(
+                r#"{"status":"error","errorType":"bad_data","error":"parse error: unexpected\nend"}"#
+            ),
+            Err(QueryError::Prometheus {
+                error_type: "bad_data".to_owned(),
+                message: "parse error: unexpected end".to_owned(),
+            })
+        );
+        let long = format!(
+            r#"{{"status":"error","errorType":"{}","error":"{}"}}"#,
+            "t".repeat(100),
+            "é".repeat(10_000)
+        );
+        let reason = parse(&long).unwrap_err().to_string();
+        assert!(reason.chars().count() < 300, "{}", reason.len());
+        assert!(reason.ends_with('…'));
+    }
+
+    #[test]
+    fn range_vectors_and_strings_are_refused() {
+        let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#;
+        assert_eq!(parse(matrix), Err(QueryError::RangeVector));
+        let string = r#"{"status":"success","data":{"resultType":"string","result":[1,"hello"]}}"#;
+        assert_eq!(
+            parse(string).unwrap_err().to_string(),
+            "the query returned a string result; gates need an instant vector or scalar"
+        );
+    }
+
+    #[test]
+    fn a_malformed_answer_is_located_not_quoted() {
+        let reason = parse(
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1,"secret-value"]}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            reason.starts_with("malformed Prometheus answer: unexpected shape at line 1"),
+            "{reason}"
+        );
+        assert!(!reason.contains("secret"), "{reason}");
+        let reason = parse("<html>secret</html>").unwrap_err().to_string();
+        assert!(
+            reason.starts_with("malformed Prometheus answer: not JSON"),
+            "{reason}"
+        );
+        assert!(!reason.contains("secret"), "{reason}");
+        assert_eq!(
+            parse(r#"{"status":"success"}"#),
+            Err(QueryError::Malformed("no data".to_owned()))
+        );
     }
 }

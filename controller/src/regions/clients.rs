@@ -1,13 +1,22 @@
 //! Clients for regions, built from the kubeconfig Secrets their `Region` objects name,
 //! cached, and rebuilt when the Secret changes.
+//!
+//! A kubeconfig is not trusted whole: it comes from a Secret only in the controller's own
+//! namespace, and by default it may not run commands (`exec`, `auth-provider`), read files
+//! of the controller's pod (`tokenFile`, `certificate-authority`, `client-certificate`,
+//! `client-key`: a `tokenFile` could name the controller's own service-account token) or
+//! turn off server certificate checks. Errors name the entry and field at fault, never the
+//! file's text: they end up in `Region.status.lastError` and rollout status, which tenants
+//! read.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
 use super::store::CALL_TIMEOUT;
@@ -15,10 +24,93 @@ use crate::api::{Region, SecretKeyRef};
 
 /// How long connecting to a region may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest kubeconfig read from a Secret. Real ones are a few KiB; the bound keeps a
+/// hostile or mistaken Secret from costing the parser more than that.
+pub const MAX_KUBECONFIG_BYTES: usize = 1024 * 1024;
+/// Longest user or cluster name quoted in an error, so a refusal stays short in status.
+const MAX_QUOTED_NAME_CHARS: usize = 63;
+
+/// What a Region's kubeconfig Secret may be and what the kubeconfig may ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialPolicy {
+    /// The only namespace kubeconfig Secrets are read from: the controller's own, where
+    /// tenants cannot write.
+    pub controller_namespace: String,
+    /// Permit `exec`, `auth-provider`, `tokenFile`, file paths and
+    /// `insecure-skip-tls-verify: true` (`--allow-unsafe-kubeconfig`).
+    pub allow_unsafe_kubeconfig: bool,
+}
+
+impl CredentialPolicy {
+    /// Refuses the first user or cluster asking for what this policy does not allow.
+    ///
+    /// Every entry is checked, not only those of the current context: which entries kube
+    /// uses depends on its context selection rules, and a file that is safe whatever
+    /// they are needs no reasoning about them.
+    pub fn check(&self, kubeconfig: &Kubeconfig) -> Result<(), KubeconfigProblem> {
+        if self.allow_unsafe_kubeconfig {
+            return Ok(());
+        }
+        for (index, named) in kubeconfig.auth_infos.iter().enumerate() {
+            let Some(user) = named.auth_info.as_ref() else {
+                continue;
+            };
+            let refused = [
+                (user.exec.is_some(), UnsafeField::Exec),
+                (user.auth_provider.is_some(), UnsafeField::AuthProvider),
+                (user.token_file.is_some(), UnsafeField::TokenFile),
+                (
+                    user.client_certificate.is_some(),
+                    UnsafeField::ClientCertificate,
+                ),
+                (user.client_key.is_some(), UnsafeField::ClientKey),
+            ];
+            if let Some((_, field)) = refused.into_iter().find(|(present, _)| *present) {
+                return Err(KubeconfigProblem::NotAllowed {
+                    entry: KubeconfigEntry::new("users", index, &named.name),
+                    field,
+                });
+            }
+        }
+        for (index, named) in kubeconfig.clusters.iter().enumerate() {
+            let Some(cluster) = named.cluster.as_ref() else {
+                continue;
+            };
+            let refused = [
+                (
+                    cluster.insecure_skip_tls_verify == Some(true),
+                    UnsafeField::InsecureSkipTlsVerify,
+                ),
+                (
+                    cluster.certificate_authority.is_some(),
+                    UnsafeField::CertificateAuthority,
+                ),
+            ];
+            if let Some((_, field)) = refused.into_iter().find(|(present, _)| *present) {
+                return Err(KubeconfigProblem::NotAllowed {
+                    entry: KubeconfigEntry::new("clusters", index, &named.name),
+                    field,
+                });
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Why a region's client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The Region names a Secret outside the controller's namespace; it is not read.
+    #[error(
+        "spec.kubeconfigSecretRef.namespace must be {required} (the controller's namespace), \
+         not {namespace}"
+    )]
+    SecretOutsideControllerNamespace {
+        /// The namespace the Region names.
+        namespace: String,
+        /// The controller's namespace.
+        required: String,
+    },
     /// The Secret could not be read from the hub.
     #[error("reading Secret {namespace}/{name}: {reason}")]
     SecretUnreadable {
@@ -39,8 +131,8 @@ pub enum ClientError {
         /// The key the Region names.
         key: String,
     },
-    /// The key does not hold a usable kubeconfig.
-    #[error("Secret {namespace}/{name} key {key:?} is not a usable kubeconfig: {reason}")]
+    /// The key does not hold a usable kubeconfig, or one this controller may not use.
+    #[error("Secret {namespace}/{name} key {key:?} is not a usable kubeconfig: {problem}")]
     BadKubeconfig {
         /// Secret namespace.
         namespace: String,
@@ -48,23 +140,131 @@ pub enum ClientError {
         name: String,
         /// The key.
         key: String,
-        /// The parser's or client builder's error.
-        reason: String,
+        /// What is wrong, in words that quote nothing from the file.
+        problem: KubeconfigProblem,
     },
+}
+
+/// What is wrong with a kubeconfig. No variant holds text from the file other than an
+/// entry's (shortened) name, so neither `Display` nor `Debug` can leak a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeconfigProblem {
+    /// Larger than [`MAX_KUBECONFIG_BYTES`]; not parsed.
+    #[error("it is {size} bytes, more than the {MAX_KUBECONFIG_BYTES} allowed")]
+    TooLarge {
+        /// Its size in bytes.
+        size: usize,
+    },
+    /// Not UTF-8 text.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// The parser refused it at a known place.
+    #[error("invalid YAML or a wrong field type at line {line} column {column}")]
+    InvalidYamlAt {
+        /// 1-based line.
+        line: u64,
+        /// 1-based column.
+        column: u64,
+    },
+    /// The parser refused it without saying where.
+    #[error("invalid YAML or a wrong field type")]
+    InvalidYaml,
+    /// An entry asks for something the [`CredentialPolicy`] does not allow.
+    #[error(
+        "{entry}: {field} is not allowed (start the controller with \
+         --allow-unsafe-kubeconfig to permit it)"
+    )]
+    NotAllowed {
+        /// The user or cluster entry.
+        entry: KubeconfigEntry,
+        /// The field it sets.
+        field: UnsafeField,
+    },
+    /// It parses and is allowed, but kube cannot build a client from it. The reason is a
+    /// fixed text: kube's own messages may quote the file (a server or proxy URL with
+    /// credentials, bytes of a base64 key) or name files of the controller's pod.
+    #[error("{reason}")]
+    Unusable {
+        /// A fixed description.
+        reason: &'static str,
+    },
+}
+
+/// A user or cluster of a kubeconfig, as an error names it: `users[0] "ci"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeconfigEntry {
+    /// `users` or `clusters`.
+    pub list: &'static str,
+    /// Position in that list.
+    pub index: usize,
+    /// Its name, shortened to a bounded length.
+    pub name: String,
+}
+
+impl KubeconfigEntry {
+    fn new(list: &'static str, index: usize, name: &str) -> Self {
+        Self {
+            list,
+            index,
+            name: name.chars().take(MAX_QUOTED_NAME_CHARS).collect(),
+        }
+    }
+}
+
+impl fmt::Display for KubeconfigEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}] {:?}", self.list, self.index, self.name)
+    }
+}
+
+/// A kubeconfig field the controller refuses unless `--allow-unsafe-kubeconfig` is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsafeField {
+    /// `users[].user.exec`: runs a command in the controller's pod.
+    Exec,
+    /// `users[].user.auth-provider`: provider plugins may run commands (`cmd-path`).
+    AuthProvider,
+    /// `users[].user.tokenFile`: reads a file of the controller's pod as the token.
+    TokenFile,
+    /// `users[].user.client-certificate`: a file path.
+    ClientCertificate,
+    /// `users[].user.client-key`: a file path.
+    ClientKey,
+    /// `clusters[].cluster.insecure-skip-tls-verify: true`: any server is believed.
+    InsecureSkipTlsVerify,
+    /// `clusters[].cluster.certificate-authority`: a file path.
+    CertificateAuthority,
+}
+
+impl fmt::Display for UnsafeField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Exec => "exec",
+            Self::AuthProvider => "auth-provider",
+            Self::TokenFile => "tokenFile",
+            Self::ClientCertificate => "client-certificate",
+            Self::ClientKey => "client-key",
+            Self::InsecureSkipTlsVerify => "insecure-skip-tls-verify",
+            Self::CertificateAuthority => "certificate-authority",
+        })
+    }
 }
 
 /// A cache of region clients keyed by region name and the Secret's resourceVersion, so a
 /// rotated kubeconfig is picked up on the next use and an unchanged one costs one GET.
 pub struct RegionClients {
     hub: Client,
+    policy: CredentialPolicy,
     cache: Mutex<HashMap<String, (Option<String>, Client)>>,
 }
 
 impl RegionClients {
-    /// Clients for regions whose Secrets live in the cluster `hub` reaches.
-    pub fn new(hub: Client) -> Self {
+    /// Clients for regions whose Secrets live in the cluster `hub` reaches, in
+    /// `policy.controller_namespace`.
+    pub fn new(hub: Client, policy: CredentialPolicy) -> Self {
         Self {
             hub,
+            policy,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -74,13 +274,21 @@ impl RegionClients {
         let Some(reference) = region.spec.kubeconfig_secret_ref.as_ref() else {
             return Ok(self.hub.clone());
         };
+        // Checked before reading: the controller may read Secrets in other namespaces
+        // (for other reasons or other tenants), and a Region must not borrow that.
+        if reference.namespace != self.policy.controller_namespace {
+            return Err(ClientError::SecretOutsideControllerNamespace {
+                namespace: reference.namespace.clone(),
+                required: self.policy.controller_namespace.clone(),
+            });
+        }
         let name = region.metadata.name.clone().unwrap_or_default();
         let secret = self.read_secret(reference).await?;
         let version = secret.metadata.resource_version.clone();
         if let Some(client) = self.cached(&name, version.as_deref()) {
             return Ok(client);
         }
-        let client = build_client(reference, &secret).await?;
+        let client = build_client(reference, &secret, &self.policy).await?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(name, (version, client.clone()));
         }
@@ -110,12 +318,16 @@ impl RegionClients {
     }
 }
 
-async fn build_client(reference: &SecretKeyRef, secret: &Secret) -> Result<Client, ClientError> {
-    let bad = |reason: String| ClientError::BadKubeconfig {
+async fn build_client(
+    reference: &SecretKeyRef,
+    secret: &Secret,
+    policy: &CredentialPolicy,
+) -> Result<Client, ClientError> {
+    let bad = |problem: KubeconfigProblem| ClientError::BadKubeconfig {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
         key: reference.key.clone(),
-        reason,
+        problem,
     };
     let bytes = secret
         .data
@@ -126,13 +338,439 @@ async fn build_client(reference: &SecretKeyRef, secret: &Secret) -> Result<Clien
             name: reference.name.clone(),
             key: reference.key.clone(),
         })?;
-    let text = std::str::from_utf8(&bytes.0).map_err(|_| bad("not UTF-8".to_owned()))?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| bad(e.to_string()))?;
+    let kubeconfig = parse_kubeconfig(&bytes.0, policy).map_err(bad)?;
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|error| bad(config_problem(&error)))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(CALL_TIMEOUT);
     config.write_timeout = Some(CALL_TIMEOUT);
-    Client::try_from(config).map_err(|e| bad(e.to_string()))
+    Client::try_from(config).map_err(|error| bad(client_problem(&error)))
+}
+
+/// Bounds, parses and checks a kubeconfig against `policy`.
+fn parse_kubeconfig(
+    bytes: &[u8],
+    policy: &CredentialPolicy,
+) -> Result<Kubeconfig, KubeconfigProblem> {
+    if bytes.len() > MAX_KUBECONFIG_BYTES {
+        return Err(KubeconfigProblem::TooLarge { size: bytes.len() });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| KubeconfigProblem::NotUtf8)?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|error| yaml_problem(&error))?;
+    policy.check(&kubeconfig)?;
+    Ok(kubeconfig)
+}
+
+/// Only the position of a parse error: the parser's message quotes the offending text,
+/// which may be a token.
+fn yaml_problem(error: &KubeconfigError) -> KubeconfigProblem {
+    match error {
+        KubeconfigError::Parse(parse) => match parse.location() {
+            Some(at) if at.line() > 0 => KubeconfigProblem::InvalidYamlAt {
+                line: at.line(),
+                column: at.column(),
+            },
+            _ => KubeconfigProblem::InvalidYaml,
+        },
+        KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {
+            KubeconfigProblem::Unusable {
+                reason: "its YAML documents disagree on kind or apiVersion",
+            }
+        }
+        _ => KubeconfigProblem::InvalidYaml,
+    }
+}
+
+/// A fixed text per kube configuration error: several of them carry names, URLs, paths
+/// or decoding details taken from the file.
+fn config_problem(error: &KubeconfigError) -> KubeconfigProblem {
+    let reason = match error {
+        KubeconfigError::CurrentContextNotSet => "it sets no current-context",
+        KubeconfigError::LoadContext(_) => "its current-context names no context in the file",
+        KubeconfigError::LoadClusterOfContext(_) => {
+            "the current context names no cluster in the file"
+        }
+        KubeconfigError::MissingClusterUrl => "the current context's cluster has no server",
+        KubeconfigError::ParseClusterUrl(_) => {
+            "the current context's cluster server is not a valid URL"
+        }
+        KubeconfigError::ParseProxyUrl(_) => "the current context's proxy-url is not a valid URL",
+        KubeconfigError::LoadCertificateAuthority(_) => {
+            "the certificate authority cannot be loaded (certificate-authority-data must be base64)"
+        }
+        KubeconfigError::ParseCertificates(_) => {
+            "the certificate authority is not PEM-encoded certificates"
+        }
+        KubeconfigError::LoadClientCertificate(_) => {
+            "the client certificate cannot be loaded (client-certificate-data must be base64, \
+             and given with client-key-data)"
+        }
+        KubeconfigError::LoadClientKey(_) => {
+            "the client key cannot be loaded (client-key-data must be base64, and given with \
+             client-certificate-data)"
+        }
+        _ => "no client configuration can be built from it",
+    };
+    KubeconfigProblem::Unusable { reason }
+}
+
+/// A fixed text per client build error: kube's messages may quote the proxy URL (which
+/// can hold credentials), TLS material errors or credential plugin output.
+fn client_problem(error: &kube::Error) -> KubeconfigProblem {
+    let reason = match error {
+        kube::Error::InferKubeconfig(error) => return config_problem(error),
+        kube::Error::RustlsTls(_) => {
+            "its TLS material is not usable (certificate authority, client certificate or key)"
+        }
+        kube::Error::Auth(_) => "its credentials are not usable",
+        kube::Error::ProxyProtocolUnsupported { .. }
+        | kube::Error::ProxyProtocolDisabled { .. } => {
+            "its proxy-url uses a protocol this controller does not support"
+        }
+        _ => "no client can be built from it",
+    };
+    KubeconfigProblem::Unusable { reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::api::RegionSpec;
+
+    const NAMESPACE: &str = "configrollout-system";
+    /// A self-signed CA certificate (PEM, base64), so that an allowed kubeconfig builds a
+    /// client.
+    const CA_DATA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lVYTlNZHRlWjA2a1dhazF3OUVkRkpKOGhWbk9jd0NnWUlLb1pJemowRUF3SXcKRVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUI0WERUSTJNVEl3TXpBMk5UZzBORm9YRFRNMk1URXpNREEyTlRnMApORm93RVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUZrd0V3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFCnJqNzJJRW9EREhuaDd3V3hXbTMrNFVyRUFWazZaTFZRSC83dXFETzNLTkljbktTY01yYWZvdXNod29nOEJqcDkKcndLV0U2R0RzWldZUU16N1lSOVl2YU5UTUZFd0hRWURWUjBPQkJZRUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMApwdW9xTUI4R0ExVWRJd1FZTUJhQUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMHB1b3FNQThHQTFVZEV3RUIvd1FGCk1BTUJBZjh3Q2dZSUtvWkl6ajBFQXdJRFNBQXdSUUloQUlEcDlGU2FTOVI5NFNiOFFsWFFLL25HS0V6cExBUHoKSmhhUFhDQ1BVNmVqQWlBZ3YxNndHdXdEQlNURElYcEN1MGNkd1l0dEg1cDZQSGNRNVZidm5mWWVwQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
+
+    fn policy(allow_unsafe_kubeconfig: bool) -> CredentialPolicy {
+        CredentialPolicy {
+            controller_namespace: NAMESPACE.to_owned(),
+            allow_unsafe_kubeconfig,
+        }
+    }
+
+    /// A kubeconfig with one cluster and one user, extended by `cluster_extra` and
+    /// `user_extra` (YAML lines at the entries' indentation).
+    fn kubeconfig(cluster_extra: &str, user_extra: &str) -> String {
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: eu-west-1
+  cluster:
+    server: https://eu-west-1.example:6443
+{cluster_extra}
+users:
+- name: ci
+  user:
+    token: s3cr3t-tok3n-ZZZ
+{user_extra}
+contexts:
+- name: eu-west-1
+  context:
+    cluster: eu-west-1
+    user: ci
+current-context: eu-west-1
+"
+        )
+    }
+
+    fn check(text: &str, policy: &CredentialPolicy) -> Result<Kubeconfig, KubeconfigProblem> {
+        parse_kubeconfig(text.as_bytes(), policy)
+    }
+
+    fn assert_refused(text: &str, entry: &str, field: &str) {
+        let problem = check(text, &policy(false)).unwrap_err();
+        let message = problem.to_string();
+        assert_eq!(
+            message,
+            format!(
+                "{entry}: {field} is not allowed (start the controller with \
+                 --allow-unsafe-kubeconfig to permit it)"
+            )
+        );
+    }
+
+    #[test]
+    fn exec_is_refused() {
+        let text = kubeconfig(
+            "",
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"cat /etc/passwd\"]",
+        );
+        assert_refused(&text, r#"users[0] "ci""#, "exec");
+        assert!(
+            !check(&text, &policy(false))
+                .unwrap_err()
+                .to_string()
+                .contains("/bin/sh")
+        );
+    }
+
+    #[test]
+    fn auth_provider_is_refused() {
+        let text = kubeconfig(
+            "",
+            "    auth-provider:\n      name: gcp\n      config:\n        cmd-path: /bin/sh",
+        );
+        assert_refused(&text, r#"users[0] "ci""#, "auth-provider");
+    }
+
+    #[test]
+    fn token_file_is_refused() {
+        let text = kubeconfig(
+            "",
+            "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+        );
+        assert_refused(&text, r#"users[0] "ci""#, "tokenFile");
+    }
+
+    #[test]
+    fn client_certificate_path_is_refused() {
+        let text = kubeconfig("", "    client-certificate: /etc/hostname");
+        assert_refused(&text, r#"users[0] "ci""#, "client-certificate");
+    }
+
+    #[test]
+    fn client_key_path_is_refused() {
+        let text = kubeconfig("", "    client-key: /etc/hostname");
+        assert_refused(&text, r#"users[0] "ci""#, "client-key");
+    }
+
+    #[test]
+    fn insecure_skip_tls_verify_is_refused() {
+        let text = kubeconfig("    insecure-skip-tls-verify: true", "");
+        assert_refused(
+            &text,
+            r#"clusters[0] "eu-west-1""#,
+            "insecure-skip-tls-verify",
+        );
+    }
+
+    #[test]
+    fn insecure_skip_tls_verify_false_is_allowed() {
+        let text = kubeconfig(
+            &format!(
+                "    insecure-skip-tls-verify: false\n    certificate-authority-data: {CA_DATA}"
+            ),
+            "",
+        );
+        check(&text, &policy(false)).unwrap();
+    }
+
+    #[test]
+    fn certificate_authority_path_is_refused() {
+        let text = kubeconfig("    certificate-authority: /etc/ssl/certs/ca.pem", "");
+        assert_refused(&text, r#"clusters[0] "eu-west-1""#, "certificate-authority");
+    }
+
+    #[test]
+    fn every_user_is_checked_not_only_the_current_contexts() {
+        let text = kubeconfig("", "").replace(
+            "contexts:",
+            "- name: unused\n  user:\n    exec:\n      command: /bin/true\ncontexts:",
+        );
+        assert_refused(&text, r#"users[1] "unused""#, "exec");
+    }
+
+    #[test]
+    fn token_and_certificate_authority_data_pass() {
+        let text = kubeconfig(&format!("    certificate-authority-data: {CA_DATA}"), "");
+        let parsed = check(&text, &policy(false)).unwrap();
+        assert_eq!(parsed.auth_infos.len(), 1);
+        assert_eq!(parsed.clusters.len(), 1);
+    }
+
+    #[test]
+    fn the_policy_flag_permits_exec() {
+        let text = kubeconfig(
+            "",
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws",
+        );
+        check(&text, &policy(false)).unwrap_err();
+        check(&text, &policy(true)).unwrap();
+    }
+
+    #[test]
+    fn a_long_entry_name_is_shortened_in_the_error() {
+        let long = "n".repeat(10_000);
+        let text = kubeconfig("", "    exec:\n      command: aws")
+            .replace("name: ci", &format!("name: {long}"));
+        let message = check(&text, &policy(false)).unwrap_err().to_string();
+        assert!(message.len() < 200, "{message}");
+    }
+
+    #[test]
+    fn an_oversized_kubeconfig_is_refused_unparsed() {
+        let text = format!(
+            "{}#{}\n",
+            kubeconfig("", ""),
+            "x".repeat(MAX_KUBECONFIG_BYTES)
+        );
+        assert_eq!(
+            check(&text, &policy(false)).unwrap_err(),
+            KubeconfigProblem::TooLarge { size: text.len() }
+        );
+    }
+
+    fn secret(data: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("region-eu-west-1".to_owned()),
+                namespace: Some(NAMESPACE.to_owned()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                "kubeconfig".to_owned(),
+                ByteString(data.as_bytes().to_vec()),
+            )])),
+            ..Secret::default()
+        }
+    }
+
+    fn reference(namespace: &str) -> SecretKeyRef {
+        SecretKeyRef {
+            namespace: namespace.to_owned(),
+            name: "region-eu-west-1".to_owned(),
+            key: "kubeconfig".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_broken_kubeconfig_error_quotes_nothing_from_the_file() {
+        let text = "apiVersion: v1\nusers:\n- name: ci\n  user:\n    token: s3cr3t-tok3n-ZZZ\n    \
+                    client-key-data: [unclosed, {broken: yaml\n  oops: : :\n";
+        let error =
+            refusal(build_client(&reference(NAMESPACE), &secret(text), &policy(false)).await);
+        let shown = format!("{error} / {error:?}");
+        // kube's own message quotes the lines around the error, token included.
+        assert!(
+            Kubeconfig::from_yaml(text)
+                .unwrap_err()
+                .to_string()
+                .contains("s3cr3t-tok3n-ZZZ")
+        );
+        assert!(
+            matches!(
+                error,
+                ClientError::BadKubeconfig {
+                    problem: KubeconfigProblem::InvalidYamlAt {
+                        line: 6,
+                        column: 22
+                    },
+                    ..
+                }
+            ),
+            "{shown}"
+        );
+        for fragment in [
+            "s3cr3t",
+            "tok3n",
+            "ZZZ",
+            "unclosed",
+            "broken",
+            "oops",
+            "client-key-data",
+            "token",
+        ] {
+            assert!(!shown.contains(fragment), "{fragment:?} leaked: {shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_with_a_bad_field_type_quotes_nothing_from_the_file() {
+        let text = kubeconfig("    insecure-skip-tls-verify: s3cr3t-tok3n-ZZZ", "");
+        let error =
+            refusal(build_client(&reference(NAMESPACE), &secret(&text), &policy(false)).await);
+        let shown = format!("{error} / {error:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn an_unusable_kubeconfig_error_quotes_nothing_from_the_file() {
+        // Bad base64 in the CA: kube's own message names the offending byte and its offset.
+        let text = kubeconfig("    certificate-authority-data: s3cr3t-tok3n-ZZZ", "");
+        let error =
+            refusal(build_client(&reference(NAMESPACE), &secret(&text), &policy(false)).await);
+        let shown = format!("{error} / {error:?}");
+        assert!(
+            matches!(
+                error,
+                ClientError::BadKubeconfig {
+                    problem: KubeconfigProblem::Unusable { .. },
+                    ..
+                }
+            ),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("ZZZ"),
+            "{shown}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_allowed_kubeconfig_builds_a_client() {
+        // The TLS provider the binary installs before building any client.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let text = kubeconfig(&format!("    certificate-authority-data: {CA_DATA}"), "");
+        build_client(&reference(NAMESPACE), &secret(&text), &policy(false))
+            .await
+            .unwrap();
+    }
+
+    /// The error of a result whose client (which has no `Debug`) was not expected.
+    fn refusal(result: Result<Client, ClientError>) -> ClientError {
+        match result {
+            Ok(_) => panic!("a client was built"),
+            Err(error) => error,
+        }
+    }
+
+    fn unreachable_hub() -> Client {
+        // Port 9 (discard) on loopback: any request the code under test made would fail
+        // as SecretUnreadable, which the assertions tell apart from a refusal.
+        let config = Config::new("http://127.0.0.1:9".parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    fn region(namespace: &str) -> Region {
+        Region::new(
+            "eu-west-1",
+            RegionSpec {
+                kubeconfig_secret_ref: Some(reference(namespace)),
+                prometheus: None,
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_secret_in_another_namespace_is_refused_unread() {
+        let clients = RegionClients::new(unreachable_hub(), policy(true));
+        let error = refusal(clients.client(&region("team-a")).await);
+        assert!(
+            matches!(error, ClientError::SecretOutsideControllerNamespace { .. }),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "spec.kubeconfigSecretRef.namespace must be configrollout-system \
+             (the controller's namespace), not team-a"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_secret_in_the_controller_namespace_is_read() {
+        let clients = RegionClients::new(unreachable_hub(), policy(false));
+        let error = refusal(clients.client(&region(NAMESPACE)).await);
+        assert!(
+            matches!(error, ClientError::SecretUnreadable { .. }),
+            "{error:?}"
+        );
+    }
 }

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -63,6 +64,14 @@ async fn bench(runs: usize) -> BenchResult<()> {
     lab.create_namespace(HUB, NAMESPACE)
         .await
         .map_err(|e| e.to_string())?;
+    // As the platform admin: the team's rollouts may write the target namespace.
+    lab.annotate_namespace(
+        HUB,
+        NAMESPACE,
+        &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let mut regions = BTreeMap::new();
     for region in lab.regions() {
         lab.create_namespace(&region, TARGET_NAMESPACE)
@@ -118,9 +127,10 @@ async fn bench(runs: usize) -> BenchResult<()> {
                     .map_err(|e| e.to_string())?;
             }
             wait_phase(&rollouts, &name, revision, "AwaitingApproval").await?;
+            let current = rollouts.get(&name).await.map_err(|e| e.to_string())?;
             let approved_at = Instant::now();
             approvals
-                .create(&PostParams::default(), &approval(&name, revision))
+                .create(&PostParams::default(), &approval(&current, revision)?)
                 .await
                 .map_err(|e| e.to_string())?;
             wait_materialized(&regions["region-2"], &name, revision).await?;
@@ -321,13 +331,18 @@ async fn restored_at(region: Client, name: String) -> BenchResult<std::time::Sys
 /// Latency of `n` gate samples through the controller's own provider.
 async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
     use configrollout::gates::GateProvider;
-    use configrollout::gates::prometheus::{PrometheusEndpoints, PrometheusProvider};
+    use configrollout::gates::prometheus::{
+        PrometheusEndpoints, PrometheusProvider, ResponseLimits,
+    };
     let http = reqwest::Client::builder()
         .timeout(configrollout::gates::prometheus::QUERY_TIMEOUT)
         .build()
         .map_err(|e| e.to_string())?;
-    let provider =
-        PrometheusProvider::new(http, PrometheusEndpoints::new(Some(lab.prometheus_url())));
+    let provider = PrometheusProvider::new(
+        http,
+        PrometheusEndpoints::new(Some(lab.prometheus_url())),
+        ResponseLimits::default(),
+    );
     let query = ERROR_RATIO.replace("{{region}}", "region-1");
     let mut latencies = Vec::with_capacity(n);
     for _ in 0..n {
@@ -357,20 +372,18 @@ spec:
     )
 }
 
-fn approval(rollout: &str, revision: &str) -> StageApproval {
-    StageApproval {
+/// The approval of stage `prod` of the revision `rollout`'s status shows, by alice.
+fn approval(rollout: &ConfigRollout, revision: &str) -> BenchResult<StageApproval> {
+    let spec =
+        StageApprovalSpec::for_current_revision(rollout, "prod", User::ApproverAlice.name(), None)
+            .ok_or("the rollout's status names no revision to approve")?;
+    Ok(StageApproval {
         metadata: ObjectMeta {
-            name: Some(format!("{rollout}-prod-{revision}")),
+            name: Some(format!("{}-prod-{revision}", spec.rollout)),
             ..ObjectMeta::default()
         },
-        spec: StageApprovalSpec {
-            rollout: rollout.to_owned(),
-            stage: "prod".to_owned(),
-            revision: revision.to_owned(),
-            approver: User::ApproverAlice.name().to_owned(),
-            reason: None,
-        },
-    }
+        spec,
+    })
 }
 
 async fn wait_phase(
