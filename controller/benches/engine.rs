@@ -7,7 +7,7 @@ use std::hint::black_box;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, StageState};
 use configrollout::engine::{
-    Action, AppliedRevision, DesiredRevision, GateSampleObservation, Observations,
+    Action, AppliedRevision, DesiredRevision, GateSampleObservation, Grant, Observations,
     RegionObservation, gates_due, step,
 };
 use configrollout::gates::QueryResult;
@@ -69,9 +69,11 @@ fn observations(
                 consumers: None,
                 drifted_keys: Vec::new(),
                 overridden_keys: Vec::new(),
+                future_stamped_keys: 0,
             })
             .collect(),
         gate_samples: samples,
+        grant: Grant::own_namespace("app"),
         ..Observations::default()
     }
 }

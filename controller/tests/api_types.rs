@@ -186,6 +186,11 @@ fn full_status_round_trips() {
         step: Some(RevisionStep::Expand),
         current_stage: Some("europe".into()),
         progress: Some("1/3".into()),
+        control: Some(configrollout::api::ControlRecord {
+            abort_at: None,
+            retry_at: Some(at.clone()),
+            refused_retry_at: None,
+        }),
         stages: vec![StageStatus {
             name: "canary".into(),
             state: StageState::Passed,

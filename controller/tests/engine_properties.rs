@@ -356,8 +356,16 @@ fn check_step(
             }
             // Approval: a stage that needs one has a matching StageApproval.
             if spec.stages[stage].approval == Approval::Required {
+                let digest = after
+                    .history
+                    .iter()
+                    .find(|record| record.name == revision)
+                    .and_then(|record| record.digest.as_deref());
                 let approved = obs.approvals.iter().any(|approval| {
-                    approval.stage == spec.stages[stage].name && approval.revision == revision
+                    approval.stage == spec.stages[stage].name
+                        && approval.revision == revision
+                        && Some(approval.revision_digest.as_str()) == digest
+                        && approval.rollout_uid == obs.rollout_uid
                 });
                 if !approved {
                     violations.push(format!("publish to {region} without approval"));
@@ -461,6 +469,8 @@ proptest! {
             stage.deadline_s = None;
         }
         let mut world = world_for(&shape);
+        // The first reconcile declares r1; approvers then name it, as status shows it.
+        world.tick();
         for stage in 0..shape.stages.len() {
             world.approve(&format!("a{stage}"), &format!("stage{stage}"), "r1");
         }

@@ -36,17 +36,21 @@ pub enum User {
     /// The regions' workloads, consumers of ConfigMaps (group
     /// `configrollout:workloads`): get, list and watch ConfigMaps, nothing else.
     Workload,
+    /// A team's developer (group `configrollout:tenants`): no rights of its own; tests
+    /// grant it ConfigRollouts in its team's namespace, as a platform admin would.
+    TenantA,
 }
 
 impl User {
     /// Every lab user.
-    pub const ALL: [User; 6] = [
+    pub const ALL: [User; 7] = [
         User::Admin,
         User::Controller,
         User::ApproverAlice,
         User::ApproverBob,
         User::Viewer,
         User::Workload,
+        User::TenantA,
     ];
 
     /// The user name the apiserver authenticates.
@@ -58,6 +62,7 @@ impl User {
             User::ApproverBob => "approver-bob",
             User::Viewer => "viewer",
             User::Workload => "lab-workload",
+            User::TenantA => "tenant-a",
         }
     }
 }

@@ -18,6 +18,10 @@ pub const REVISION_NAME_PATTERN: &str = "^r[1-9][0-9]*$";
 pub const MAX_APPROVER_LENGTH: u64 = 256;
 /// Longest approval reason.
 pub const MAX_REASON_LENGTH: u64 = 1024;
+/// Longest object UID accepted (a UUID is 36 characters).
+pub const MAX_UID_LENGTH: u64 = 64;
+/// Longest revision digest accepted (HMAC-SHA256 in hex is 64 characters, plus a prefix).
+pub const MAX_DIGEST_LENGTH: u64 = 128;
 
 /// Approves one stage of one revision of a ConfigRollout in the same namespace.
 // Several print columns share `type_ = "string"`, which clippy mistakes for a repeated
@@ -50,12 +54,21 @@ pub struct StageApprovalSpec {
     /// Name of the ConfigRollout, in this namespace.
     #[schemars(transform = schema::dns_subdomain("spec.rollout"))]
     pub rollout: String,
+    /// `metadata.uid` of the ConfigRollout approved: an approval never carries over to a
+    /// rollout deleted and created again under the same name.
+    #[serde(rename = "rolloutUID")]
+    #[schemars(length(min = 1), transform = schema::max_length(MAX_UID_LENGTH))]
+    pub rollout_uid: String,
     /// Stage approved, or `contract` for the contract step.
     #[schemars(transform = schema::dns_label("spec.stage"))]
     pub stage: String,
     /// Revision approved, e.g. `r3`: an approval never carries over to a later revision.
     #[schemars(transform = revision_rules)]
     pub revision: String,
+    /// The revision's keyed digest, as `status.history[].digest` shows it: the approval
+    /// is for exactly this content, never for another revision that reuses the name.
+    #[schemars(length(min = 1), transform = schema::max_length(MAX_DIGEST_LENGTH))]
+    pub revision_digest: String,
     /// Who approves; the shipped admission policy requires it to be the requesting user.
     #[schemars(length(min = 1), transform = schema::max_length(MAX_APPROVER_LENGTH))]
     pub approver: String,
@@ -63,6 +76,38 @@ pub struct StageApprovalSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::max_length(MAX_REASON_LENGTH))]
     pub reason: Option<String>,
+}
+
+impl StageApprovalSpec {
+    /// The approval of `stage` of the revision `rollout` is rolling out now, by
+    /// `approver`: it names the rollout's UID and the revision's name and digest as the
+    /// rollout's status reports them. `None` while the status names no revision with a
+    /// digest (nothing to approve yet).
+    pub fn for_current_revision(
+        rollout: &super::ConfigRollout,
+        stage: &str,
+        approver: &str,
+        reason: Option<String>,
+    ) -> Option<Self> {
+        let status = rollout.status.as_ref()?;
+        let revision = status.revision.as_deref()?;
+        let digest = status
+            .history
+            .iter()
+            .rev()
+            .find(|record| record.name == revision)?
+            .digest
+            .clone()?;
+        Some(StageApprovalSpec {
+            rollout: rollout.metadata.name.clone()?,
+            rollout_uid: rollout.metadata.uid.clone()?,
+            stage: stage.to_owned(),
+            revision: revision.to_owned(),
+            revision_digest: digest,
+            approver: approver.to_owned(),
+            reason,
+        })
+    }
 }
 
 fn immutable(schema: &mut Schema) {

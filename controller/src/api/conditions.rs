@@ -18,11 +18,15 @@ pub const DRIFTED: &str = "Drifted";
 /// ConfigRollout: the spec is invalid in a way the schema cannot check (PromQL, gate
 /// condition grammar); no region is touched.
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// ConfigRollout with approvals: the admission policies approvals rely on (approver is
+/// the requesting user; who last changed the spec is stamped by the apiserver) are
+/// installed and bound.
+pub const ADMISSION_POLICIES: &str = "AdmissionPolicies";
 /// Region: its API server answered the last contact.
 pub const REACHABLE: &str = "Reachable";
 
 /// Every ConfigRollout condition type.
-pub const ROLLOUT_CONDITION_TYPES: [&str; 8] = [
+pub const ROLLOUT_CONDITION_TYPES: [&str; 9] = [
     PROGRESSING,
     AWAITING_APPROVAL,
     PAUSED,
@@ -31,4 +35,5 @@ pub const ROLLOUT_CONDITION_TYPES: [&str; 8] = [
     COMPLETE,
     DRIFTED,
     INVALID_SPEC,
+    ADMISSION_POLICIES,
 ];

@@ -114,6 +114,12 @@ pub struct ConfigRolloutSpec {
     /// Stops the rollout from starting any new step while true; nothing is undone.
     #[serde(default)]
     pub paused: bool,
+    /// Four-eyes: an approval counts only from someone other than the user who last
+    /// changed this spec (as the apiserver stamped it in the annotation
+    /// `configrollout.dev/spec-author`). The controller's `--four-eyes` makes it the
+    /// default for every rollout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub four_eyes: bool,
     /// What to do when a region's target is edited out of band: `Report` (status and
     /// the `Drifted` condition only), `Revert` (put the declared values back) or `Adopt`
     /// (keep the edit as a regional override).
@@ -195,6 +201,12 @@ pub struct TargetRef {
     /// Name of the ConfigMap in every region.
     #[schemars(transform = schema::dns_subdomain("spec.target.name"))]
     pub name: String,
+    /// Take over a ConfigMap that already exists in a region and that configrollout does
+    /// not manage (the keys this rollout declares are overwritten). Without it such a
+    /// region is refused. Needs a grant that allows adoption (the Namespace annotation
+    /// `configrollout.dev/allow-adoption`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 /// A reference to an object in the same namespace as the referrer.
@@ -352,11 +364,21 @@ pub struct Consumer {
 fn consumer_rules(schema: &mut Schema) {
     schema::add_rules(
         schema,
-        &[Rule::new(
-            "has(self.name) != has(self.selector)",
-            "spec.consumers[]: set exactly one of name or selector",
-        )
-        .reason("FieldValueRequired")],
+        &[
+            Rule::new(
+                "has(self.name) != has(self.selector)",
+                "spec.consumers[]: set exactly one of name or selector",
+            )
+            .reason("FieldValueRequired"),
+            Rule::new(
+                "!has(self.selector) || \
+                 (has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0) || \
+                 (has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)",
+                "spec.consumers[].selector must not be empty: an empty selector matches every \
+                 workload of the namespace",
+            )
+            .at(".selector"),
+        ],
     );
 }
 
@@ -471,11 +493,31 @@ pub struct ConfigRolloutStatus {
     /// Declared revisions, newest last, at most `spec.revisionHistoryLimit`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<RevisionRecord>,
+    /// The operator requests (abort, retry) acted on, so each acts once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlRecord>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
-    /// Complete, Drifted, InvalidSpec.
+    /// Complete, Drifted, InvalidSpec, AdmissionPolicies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,
+}
+
+/// The request times of the last abort and retry acted on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlRecord {
+    /// The abort request (its annotation's time) last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_at: Option<Time>,
+    /// The retry request (its annotation's time) last acted on, or consumed by an abort
+    /// that came after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
+    /// The last retry request refused for being dated ahead of the controller's clock: it
+    /// never acts, not even once its time comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_retry_at: Option<Time>,
 }
 
 /// Where a rollout is.

@@ -55,6 +55,11 @@ impl WriterId {
         &self.0
     }
 
+    /// The `(namespace, name)` of the rollout a `rollout:` writer names.
+    pub fn rollout_ref(&self) -> Option<(&str, &str)> {
+        self.0.strip_prefix(ROLLOUT_PREFIX)?.split_once('/')
+    }
+
     /// Whether this is a rollout or an override writer.
     pub fn kind(&self) -> WriterKind {
         if self.0.starts_with(ROLLOUT_PREFIX) {

@@ -1,50 +1,183 @@
 //! Approvals: a stage with `approval: Required` (and the contract step when its approval
-//! is required) starts only on a StageApproval naming that stage and the current
-//! revision. An approval never carries over to another revision.
+//! is required) runs only on a StageApproval that names exactly what it approves: this
+//! rollout (its UID, so a rollout deleted and created again under the same name starts
+//! without approvals), the stage, the revision by name and keyed digest, created after
+//! the revision was declared. With four-eyes, the approver must not be the user who last
+//! changed the spec.
+//!
+//! The StageApproval objects are the evidence; `status.stages[].approval` only reports
+//! the one a stage started on. Every step checks the objects again, so a status written
+//! by anyone else approves nothing: a stage whose approval cannot be verified goes back
+//! to waiting and no region of it is published to.
 
-use crate::api::{Approval, ApprovalRecord};
+use chrono::{DateTime, Utc};
 
-use super::clock::to_time;
-use super::observations::ApprovalObservation;
+use crate::api::{Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, StageState};
+
+use super::clock::{from_time, to_time};
+use super::observations::{ApprovalObservation, Observations};
 use super::{EventType, Step};
 
-/// The earliest approval for `stage` of `revision`.
-pub(super) fn find<'o>(
-    approvals: &'o [ApprovalObservation],
+/// What an approval must match, for one stage of the status's revision.
+struct Wanted<'a> {
+    stage: &'a str,
+    revision: &'a str,
+    digest: &'a str,
+    declared_at: DateTime<Utc>,
+}
+
+impl<'a> Wanted<'a> {
+    fn of(status: &'a ConfigRolloutStatus, stage: &'a str) -> Option<Self> {
+        let revision = status.revision.as_deref()?;
+        let record = status
+            .history
+            .iter()
+            .rev()
+            .find(|record| record.name == revision)?;
+        Some(Wanted {
+            stage,
+            revision,
+            digest: record.digest.as_deref()?,
+            declared_at: from_time(&record.declared_at),
+        })
+    }
+
+    fn names(&self, approval: &ApprovalObservation, obs: &Observations) -> bool {
+        !obs.rollout_uid.is_empty()
+            && approval.rollout_uid == obs.rollout_uid
+            && approval.stage == self.stage
+            && approval.revision == self.revision
+            && approval.revision_digest == self.digest
+            && approval.created_at >= self.declared_at
+    }
+}
+
+/// Whether four-eyes applies to the rollout.
+fn four_eyes(spec: &ConfigRolloutSpec, obs: &Observations) -> bool {
+    spec.four_eyes || obs.four_eyes_default
+}
+
+/// Why `approval` may not count under four-eyes, if it may not.
+fn four_eyes_refusal(approval: &ApprovalObservation, obs: &Observations) -> Option<String> {
+    match obs.spec_author.as_deref() {
+        Some(author) if author != approval.approver => None,
+        Some(author) => Some(format!(
+            "approval {} by {} refused: {author} last changed the spec, and four-eyes \
+             needs a second person",
+            approval.name, approval.approver
+        )),
+        None => Some(format!(
+            "approval {} by {} refused: who last changed the spec is unknown (the \
+             annotation configrollout.dev/spec-author is missing; install \
+             policies/spec-author.yaml), so four-eyes cannot be checked",
+            approval.name, approval.approver
+        )),
+    }
+}
+
+/// The earliest approval that counts for `stage` of the status's revision.
+pub(super) fn verified<'o>(
+    spec: &ConfigRolloutSpec,
+    status: &ConfigRolloutStatus,
+    obs: &'o Observations,
     stage: &str,
-    revision: &str,
 ) -> Option<&'o ApprovalObservation> {
-    approvals
+    let wanted = Wanted::of(status, stage)?;
+    let strict = four_eyes(spec, obs);
+    obs.approvals
         .iter()
-        .filter(|approval| approval.stage == stage && approval.revision == revision)
+        .filter(|approval| wanted.names(approval, obs))
+        .filter(|approval| !strict || four_eyes_refusal(approval, obs).is_none())
         .min_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)))
 }
 
-/// Whether the stage at `index` may start; records the approval that lets it.
-pub(super) fn stage_may_start(step: &mut Step<'_>, index: usize) -> bool {
-    if step.spec.stages[index].approval == Approval::None
-        || step.status.stages[index].approval.is_some()
-    {
+/// Whether the stage at `index` of the status may publish: no approval needed, or the
+/// status records the very approval the StageApproval objects verify. For region work
+/// derived from a status: work a status with any other record calls for (a forged one)
+/// was never sent, so it is sent once the status carries the verified record.
+pub(super) fn stage_approved(
+    spec: &ConfigRolloutSpec,
+    status: &ConfigRolloutStatus,
+    obs: &Observations,
+    index: usize,
+) -> bool {
+    let Some(stage) = spec.stages.get(index) else {
+        return false;
+    };
+    if stage.approval == Approval::None {
         return true;
     }
-    let Some(revision) = step.revision().map(str::to_owned) else {
-        return false;
-    };
+    let recorded = status.stages.get(index).and_then(|s| s.approval.as_ref());
+    match (verified(spec, status, obs, &stage.name), recorded) {
+        (Some(approval), Some(record)) => {
+            record.name == approval.name && record.approver == approval.approver
+        }
+        _ => false,
+    }
+}
+
+/// Whether the stage at `index` may run; records the approval that lets it (replacing
+/// any record the status carried), or notes why approvals were refused.
+pub(super) fn stage_may_start(step: &mut Step<'_>, index: usize) -> bool {
+    if step.spec.stages[index].approval == Approval::None {
+        return true;
+    }
     let stage_name = step.spec.stages[index].name.clone();
-    let Some(approval) = find(&step.obs.approvals, &stage_name, &revision) else {
+    approve(step, &stage_name, index)
+}
+
+/// Finds the approval that lets stage `index` run and records it in the stage's status
+/// (dropping any record the objects do not verify).
+fn approve(step: &mut Step<'_>, stage_name: &str, index: usize) -> bool {
+    let found =
+        verified(step.spec, &step.status, step.obs, stage_name).map(|approval| ApprovalRecord {
+            name: approval.name.clone(),
+            approver: approval.approver.clone(),
+            reason: approval.reason.clone(),
+            approved_at: to_time(approval.created_at),
+        });
+    let Some(record) = found else {
+        step.status.stages[index].approval = None;
+        note_refusals(step, stage_name);
         return false;
     };
-    let record = ApprovalRecord {
-        name: approval.name.clone(),
-        approver: approval.approver.clone(),
-        reason: approval.reason.clone(),
-        approved_at: to_time(approval.created_at),
-    };
-    let message = format!(
-        "stage {stage_name} of {revision} approved by {} ({})",
-        record.approver, record.name
-    );
-    step.status.stages[index].approval = Some(record);
-    step.event(EventType::Normal, "StageApproved", message);
+    if step.status.stages[index].approval.as_ref() != Some(&record) {
+        let revision = step.revision().unwrap_or_default().to_owned();
+        let message = format!(
+            "stage {stage_name} of {revision} approved by {} ({})",
+            record.approver, record.name
+        );
+        step.event(EventType::Normal, "StageApproved", message);
+        step.status.stages[index].approval = Some(record);
+    }
     true
+}
+
+/// Notes approvals that name the stage and revision but do not count because of
+/// four-eyes, for the `AwaitingApproval` condition and an Event.
+pub(super) fn note_refusals(step: &mut Step<'_>, stage_name: &str) {
+    if !four_eyes(step.spec, step.obs) {
+        return;
+    }
+    let Some(wanted) = Wanted::of(&step.status, stage_name) else {
+        return;
+    };
+    let refusals: Vec<String> = step
+        .obs
+        .approvals
+        .iter()
+        .filter(|approval| wanted.names(approval, step.obs))
+        .filter_map(|approval| four_eyes_refusal(approval, step.obs))
+        .collect();
+    step.approval_refusals.extend(refusals);
+}
+
+/// A stage that claims to be running but whose approval the objects no longer verify
+/// (a forged or stale status, or a deleted StageApproval) waits again.
+pub(super) fn recheck_running(step: &mut Step<'_>, index: usize) -> bool {
+    if stage_may_start(step, index) {
+        return true;
+    }
+    step.status.stages[index].state = StageState::AwaitingApproval;
+    false
 }

@@ -54,8 +54,16 @@ fn current(step: &Step<'_>, type_: &str) -> Option<(String, String)> {
         .map(|condition| (condition.reason.clone(), condition.message.clone()))
 }
 
+/// `InvalidSpec` reason: the spec reaches outside what the namespace's grant allows.
+pub(super) const REASON_OUTSIDE_GRANT: &str = "OutsideGrant";
+/// `InvalidSpec` reason: a region's target may not be written by this rollout (it exists
+/// unmanaged, or another rollout manages one of its keys).
+pub(super) const REASON_TARGET_REFUSED: &str = "TargetRefused";
+/// `InvalidSpec` reason: anything else the schema cannot check.
+pub(super) const REASON_INVALID_SPEC: &str = "InvalidSpec";
+
 /// Reports an invalid spec; nothing else changes and no region is touched.
-pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String]) {
+pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String], reason: &str) {
     let mut message = errors.join("; ");
     if message.len() > MAX_CONDITION_MESSAGE {
         let cut = (0..=MAX_CONDITION_MESSAGE)
@@ -66,9 +74,9 @@ pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String]) {
         message.push('…');
     }
     if !was_true(step, conditions::INVALID_SPEC) {
-        step.event(EventType::Warning, "InvalidSpec", message.clone());
+        step.event(EventType::Warning, reason, message.clone());
     }
-    set(step, conditions::INVALID_SPEC, true, "InvalidSpec", message);
+    set(step, conditions::INVALID_SPEC, true, reason, message);
     if step.status.phase.is_none() {
         step.status.phase = Some(RolloutPhase::Pending);
     }
@@ -139,6 +147,22 @@ pub(super) fn refresh(step: &mut Step<'_>) {
     if awaiting && !was_true(step, conditions::AWAITING_APPROVAL) {
         step.event(EventType::Normal, reason, message.clone());
     }
+    let (reason, message) = if awaiting && !step.approval_refusals.is_empty() {
+        let previous = current(step, conditions::AWAITING_APPROVAL)
+            .map(|(_, message)| message)
+            .unwrap_or_default();
+        for refusal in step.approval_refusals.clone() {
+            if !previous.contains(&refusal) {
+                step.event(EventType::Warning, "ApprovalRefused", refusal);
+            }
+        }
+        (
+            "ApprovalRefused",
+            format!("{message}; {}", step.approval_refusals.join("; ")),
+        )
+    } else {
+        (reason, message)
+    };
     if awaiting {
         set(step, conditions::AWAITING_APPROVAL, true, reason, message);
     } else {
@@ -225,6 +249,59 @@ pub(super) fn refresh(step: &mut Step<'_>) {
     );
 
     drifted(step);
+    admission_policies(step);
+}
+
+/// `AdmissionPolicies`, on rollouts that wait for approvals: whether the policies that
+/// make an approval's record truthful are installed and bound.
+fn admission_policies(step: &mut Step<'_>) {
+    let needs_approvals = step
+        .spec
+        .stages
+        .iter()
+        .any(|stage| stage.approval == crate::api::Approval::Required)
+        || step.spec.strategy.contract.approval == crate::api::Approval::Required;
+    let Some(missing) = step.obs.missing_policies.clone() else {
+        return;
+    };
+    if !needs_approvals {
+        step.status
+            .conditions
+            .retain(|condition| condition.type_ != conditions::ADMISSION_POLICIES);
+        return;
+    }
+    if missing.is_empty() {
+        set(
+            step,
+            conditions::ADMISSION_POLICIES,
+            true,
+            "PoliciesInstalled",
+            "the admission policies approvals rely on are installed and bound".to_owned(),
+        );
+    } else {
+        let message = format!(
+            "not installed or not bound: {} (see policies/README.md); approvals are still \
+             checked by the controller, but who approved and who last changed the spec are \
+             only as truthful as these policies make them",
+            missing.join(", ")
+        );
+        if was_true(step, conditions::ADMISSION_POLICIES)
+            || !step
+                .status
+                .conditions
+                .iter()
+                .any(|condition| condition.type_ == conditions::ADMISSION_POLICIES)
+        {
+            step.event(EventType::Warning, "PoliciesMissing", message.clone());
+        }
+        set(
+            step,
+            conditions::ADMISSION_POLICIES,
+            false,
+            "PoliciesMissing",
+            message,
+        );
+    }
 }
 
 /// `Drifted`: managed keys edited out of band in some region (key names, never values).

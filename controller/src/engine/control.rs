@@ -1,24 +1,31 @@
 //! Operator commands. `abort` stops the rollout where it is (Halted, reason Aborted);
 //! `retry` resumes a halted rollout from its failed stage with fresh gate windows and a
-//! fresh deadline. Each command is a request time: the latest command wins, a command
-//! older than the current revision is stale, and a retry resumes only a halt that
-//! happened before it was requested, so one retry is acted on once.
+//! fresh deadline. Each command is a request time (an annotation's RFC 3339 value), and:
+//!
+//! - each request acts once: `status.control` records the request times settled (acted
+//!   on, refused, or consumed by an abort), and a request whose time is recorded (or
+//!   older than the current revision) is stale;
+//! - abort always wins: a fresh abort stops the rollout whatever a retry's time says,
+//!   and consumes the retry requested at that moment, so that a retry written before the
+//!   abort (however it is dated) never resumes it;
+//! - a retry resumes only a halt that happened before it was requested, so it never
+//!   resumes a later halt;
+//! - a retry dated beyond now plus [`MAX_REQUEST_SKEW`] is refused (recorded, with an
+//!   Event, and never acted on, not even once its time comes): a clock ahead must not
+//!   keep resuming halts. An abort is never refused for its date: stopping is safe.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::api::{RolloutPhase, StageState, conditions};
+use crate::api::{ControlRecord, RolloutPhase, StageState, conditions};
 
-use super::clock::from_time;
+use super::clock::{from_time, to_time};
 use super::revisions::{OUTCOME_ABORTED, set_outcome};
 use super::{EventType, Step};
 
 /// Reason on the Halted condition when an operator aborted.
 pub const REASON_ABORTED: &str = "Aborted";
-
-enum Command {
-    Abort,
-    Retry(DateTime<Utc>),
-}
+/// How far ahead of the controller's clock a request may be dated.
+pub const MAX_REQUEST_SKEW: TimeDelta = TimeDelta::seconds(60);
 
 pub(super) fn apply(step: &mut Step<'_>) {
     let declared_at = step
@@ -28,24 +35,45 @@ pub(super) fn apply(step: &mut Step<'_>) {
         .rev()
         .find(|record| Some(&record.name) == step.status.revision.as_ref())
         .map(|record| from_time(&record.declared_at));
-    let fresh = |at: Option<DateTime<Utc>>| at.filter(|at| declared_at.is_none_or(|d| *at >= d));
-    let control = &step.obs.control;
-    let command = match (
-        fresh(control.abort_requested_at),
-        fresh(control.retry_requested_at),
-    ) {
-        (Some(abort), Some(retry)) if retry > abort => Command::Retry(retry),
-        (Some(_), _) => Command::Abort,
-        (None, Some(retry)) => Command::Retry(retry),
-        (None, None) => return,
+    let record = step.status.control.clone().unwrap_or_default();
+    let acted = |at: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        at.as_ref().map(from_time)
     };
-    match command {
-        Command::Abort => abort(step),
-        Command::Retry(at) => retry(step, at),
+    // A request is its annotation's value: a new request is a new time. Requests are
+    // told apart by equality, not order, so that one dated ahead cannot shadow the ones
+    // after it.
+    let fresh = |at: Option<DateTime<Utc>>, settled: &[Option<DateTime<Utc>>]| {
+        at.filter(|at| declared_at.is_none_or(|declared| *at >= declared))
+            .filter(|at| !settled.contains(&Some(*at)))
+    };
+    let control = &step.obs.control;
+    if let Some(abort_at) = fresh(control.abort_requested_at, &[acted(&record.abort_at)]) {
+        abort(step, abort_at, control.retry_requested_at);
+        return;
     }
+    let settled = [acted(&record.retry_at), acted(&record.refused_retry_at)];
+    let Some(retry_at) = fresh(control.retry_requested_at, &settled) else {
+        return;
+    };
+    if retry_at > step.now + MAX_REQUEST_SKEW {
+        refuse_retry(step, retry_at);
+        return;
+    }
+    retry(step, retry_at);
 }
 
-fn abort(step: &mut Step<'_>) {
+fn record<'s>(step: &'s mut Step<'_>) -> &'s mut ControlRecord {
+    step.status
+        .control
+        .get_or_insert_with(ControlRecord::default)
+}
+
+fn abort(step: &mut Step<'_>, requested_at: DateTime<Utc>, pending_retry: Option<DateTime<Utc>>) {
+    let record = record(step);
+    record.abort_at = Some(to_time(requested_at));
+    if let Some(retry) = pending_retry {
+        record.retry_at = Some(to_time(retry));
+    }
     if matches!(
         step.status.phase,
         Some(RolloutPhase::Halted | RolloutPhase::RolledBack | RolloutPhase::Complete)
@@ -58,6 +86,20 @@ fn abort(step: &mut Step<'_>) {
     set_outcome(step, Some(OUTCOME_ABORTED));
     step.event(EventType::Warning, REASON_ABORTED, message.clone());
     step.halt = Some((REASON_ABORTED.to_owned(), message));
+}
+
+/// Records a retry dated too far ahead as refused: it must not resume anything, now or
+/// when its time comes; a new request (with the current time) is needed.
+fn refuse_retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
+    record(step).refused_retry_at = Some(to_time(requested_at));
+    let message = format!(
+        "retry requested for {} refused: it is dated more than {}s ahead of the \
+         controller's clock ({}); request it again with the current time",
+        requested_at.to_rfc3339(),
+        MAX_REQUEST_SKEW.num_seconds(),
+        step.now.to_rfc3339()
+    );
+    step.event(EventType::Warning, "ControlRefused", message);
 }
 
 fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
@@ -73,6 +115,7 @@ fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
     if halted_since.is_some_and(|since| requested_at <= since) {
         return;
     }
+    record(step).retry_at = Some(to_time(requested_at));
     for stage in &mut step.status.stages {
         if stage.state == StageState::Failed {
             stage.state = StageState::Progressing;

@@ -15,7 +15,7 @@ use crate::api::{
 use super::observations::Observations;
 use super::regions::{mark_is, region_done};
 use super::selection::StagePlan;
-use super::{Action, Step};
+use super::{Action, Step, approvals};
 
 /// One piece of region work, of the status's revision (each status has one revision, so
 /// it is not repeated here). Region names borrow from the stage plan, which outlives the
@@ -99,6 +99,15 @@ pub(super) fn work_of<'p>(
             let has_consumers = !spec.consumers.is_empty();
             for (index, stage) in status.stages.iter().enumerate() {
                 if stage.state != StageState::Progressing {
+                    continue;
+                }
+                // Stages run in order, and a stage that needs approval publishes only on
+                // one the StageApproval objects verify: a status written by someone else
+                // (a forged approval record, a later stage marked running) sends nothing.
+                let in_order = status.stages[..index]
+                    .iter()
+                    .all(|earlier| earlier.state == StageState::Passed);
+                if !in_order || !approvals::stage_approved(spec, status, obs, index) {
                     continue;
                 }
                 let (Some(spec_stage), Some(regions)) =

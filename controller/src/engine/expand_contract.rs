@@ -22,7 +22,7 @@ pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
     let revision = step.revision().unwrap_or_default().to_owned();
     let contract = &step.spec.strategy.contract;
     if contract.approval == Approval::Required {
-        match approvals::find(&step.obs.approvals, CONTRACT_STAGE, &revision) {
+        match approvals::verified(step.spec, &step.status, step.obs, CONTRACT_STAGE) {
             Some(approval) => {
                 let message = format!(
                     "contract step of {revision} approved by {} ({})",
@@ -31,6 +31,7 @@ pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
                 step.event(EventType::Normal, "ContractApproved", message);
             }
             None => {
+                approvals::note_refusals(step, CONTRACT_STAGE);
                 step.status.current_stage = Some(CONTRACT_STAGE.to_owned());
                 step.status.phase = Some(RolloutPhase::AwaitingApproval);
                 return false;

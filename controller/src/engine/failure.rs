@@ -35,6 +35,44 @@ pub(super) fn fail(step: &mut Step<'_>, index: usize, reason: &str, message: Str
     }
 }
 
+/// Reason on the Halted condition when a region holds entries stamped far ahead.
+pub const REASON_FUTURE_STAMPS: &str = "FutureStamps";
+
+/// Halts a running rollout when a selected region holds entries of its keys stamped
+/// further ahead than the clock's drift bound: those entries win every write until their
+/// time comes, so the revision could never really reach the region, and reporting it
+/// Complete would be a lie. Neither rollback nor retry helps; a person must look.
+pub(super) fn halt_on_future_stamps(step: &mut Step<'_>) {
+    if !matches!(
+        step.status.phase,
+        Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
+    ) {
+        return;
+    }
+    let selected: std::collections::HashSet<&str> =
+        step.plan.all_regions().map(|(_, name)| name).collect();
+    let found: Vec<String> = step
+        .obs
+        .regions
+        .iter()
+        .filter(|region| region.future_stamped_keys > 0 && selected.contains(region.name.as_str()))
+        .map(|region| format!("{} ({} keys)", region.name, region.future_stamped_keys))
+        .collect();
+    if found.is_empty() {
+        return;
+    }
+    let message = format!(
+        "region(s) {} hold entries of this rollout's keys stamped further ahead than the \
+         clock's drift bound: they would win every later write, so the revision cannot \
+         take effect there; a person must remove them (the companion ConfigMap) and retry",
+        found.join(", ")
+    );
+    step.event(EventType::Warning, REASON_FUTURE_STAMPS, message.clone());
+    step.status.phase = Some(RolloutPhase::Halted);
+    set_outcome(step, Some(OUTCOME_HALTED));
+    step.halt = Some((REASON_FUTURE_STAMPS.to_owned(), message));
+}
+
 /// Stages whose regions may have received the revision: every stage once the contract
 /// pass runs (the expand pass reached them all), otherwise the stages that started.
 fn reached_stages(step: &Step<'_>) -> Vec<usize> {

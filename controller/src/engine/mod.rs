@@ -37,6 +37,7 @@ mod regions;
 pub mod revisions;
 pub mod selection;
 mod stages;
+pub mod tenancy;
 pub mod validate;
 
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,
 };
+pub use tenancy::Grant;
 pub use validate::{SpecError, validate};
 
 /// Samples kept per gate window in the status (oldest dropped first).
@@ -92,6 +94,8 @@ pub(crate) struct Step<'a> {
     resumed_now: bool,
     /// Gate samples counted in this step, by verdict.
     samples_judged: SampleTally,
+    /// Approvals that named what is awaited but did not count (four-eyes), as messages.
+    approval_refusals: Vec<String>,
 }
 
 /// The facts the rules need from the status a step started from.
@@ -141,7 +145,7 @@ impl<'a> Step<'a> {
         obs: &'a Observations,
         now: DateTime<Utc>,
     ) -> Self {
-        let plan = selection::plan(spec, &obs.regions);
+        let plan = selection::plan(spec, &obs.regions, &obs.grant);
         let before = Before::of(spec, &plan, obs, &status);
         status.observed_generation = Some(obs.generation);
         Step {
@@ -156,17 +160,34 @@ impl<'a> Step<'a> {
             halt: None,
             resumed_now: false,
             samples_judged: SampleTally::default(),
+            approval_refusals: Vec::new(),
         }
     }
 
     fn run(&mut self) {
-        let errors: Vec<String> = validate(self.spec)
+        let outside_grant: Vec<String> = self
+            .obs
+            .grant
+            .check(self.spec)
             .iter()
             .map(ToString::to_string)
+            .collect();
+        let errors: Vec<String> = outside_grant
+            .iter()
+            .cloned()
+            .chain(validate(self.spec).iter().map(ToString::to_string))
             .chain(self.obs.spec_errors.iter().cloned())
+            .chain(self.obs.target_refusals.iter().cloned())
             .collect();
         if !errors.is_empty() {
-            conditions::invalid_spec(self, &errors);
+            let reason = if !outside_grant.is_empty() {
+                conditions::REASON_OUTSIDE_GRANT
+            } else if !self.obs.target_refusals.is_empty() && self.obs.spec_errors.is_empty() {
+                conditions::REASON_TARGET_REFUSED
+            } else {
+                conditions::REASON_INVALID_SPEC
+            };
+            conditions::invalid_spec(self, &errors, reason);
             return;
         }
         let was_invalid = self.status.conditions.iter().any(|condition| {
@@ -184,6 +205,7 @@ impl<'a> Step<'a> {
         }
         regions::sync(self);
         control::apply(self);
+        failure::halt_on_future_stamps(self);
         match self.status.phase {
             Some(RolloutPhase::Halted | RolloutPhase::RolledBack) => {}
             Some(RolloutPhase::RollingBack) => {

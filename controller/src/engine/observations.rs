@@ -29,6 +29,24 @@ pub struct Observations {
     /// Problems found outside the engine's own [`crate::engine::validate`], e.g. a
     /// `fromConfigMap` that does not exist. Reported as `InvalidSpec`.
     pub spec_errors: Vec<String>,
+    /// What the rollout's namespace may reach (read from its hub Namespace). The default
+    /// allows nothing.
+    pub grant: super::Grant,
+    /// `metadata.uid` of the rollout: approvals must name it.
+    pub rollout_uid: String,
+    /// Who last changed the spec, as the apiserver stamped it (annotation
+    /// `configrollout.dev/spec-author`); `None` when the annotation is missing.
+    pub spec_author: Option<String>,
+    /// Whether the platform requires four-eyes for every rollout (`--four-eyes`).
+    pub four_eyes_default: bool,
+    /// The admission policies approvals rely on that are not installed and bound (names);
+    /// `None` when they were not checked.
+    pub missing_policies: Option<Vec<String>>,
+    /// Regions whose target this rollout may not write: an existing ConfigMap that
+    /// configrollout does not manage (and no adoption), or keys that another rollout
+    /// manages there. Reported as `InvalidSpec` (reason `TargetRefused`); nothing is
+    /// written anywhere.
+    pub target_refusals: Vec<String>,
 }
 
 /// The desired configuration, identified without its values.
@@ -63,6 +81,9 @@ pub struct RegionObservation {
     pub drifted_keys: Vec<String>,
     /// Keys whose winning write in the region is a regional override.
     pub overridden_keys: Vec<String>,
+    /// Keys of the rollout whose entry in the region is stamped further ahead of the
+    /// controller's clock than the drift bound: they would win every later write.
+    pub future_stamped_keys: u32,
 }
 
 /// A revision as read back from a region.
@@ -116,10 +137,14 @@ pub struct GateSampleObservation {
 pub struct ApprovalObservation {
     /// Object name.
     pub name: String,
+    /// UID of the rollout it names.
+    pub rollout_uid: String,
     /// Stage approved (or `contract`).
     pub stage: String,
     /// Revision approved.
     pub revision: String,
+    /// Keyed digest of the revision approved.
+    pub revision_digest: String,
     /// Who approved.
     pub approver: String,
     /// Why.

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use crate::api::ConfigRolloutSpec;
 
 use super::observations::RegionObservation;
+use super::tenancy::Grant;
 
 /// The regions of each stage, in spec order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,8 +36,14 @@ impl StagePlan<'_> {
     }
 }
 
-/// Resolves every stage's regions against the observed Region objects.
-pub fn plan<'a>(spec: &'a ConfigRolloutSpec, regions: &'a [RegionObservation]) -> StagePlan<'a> {
+/// Resolves every stage's regions against the observed Region objects. Only regions the
+/// grant allows are ever selected: a selector matches among them, and a name outside it
+/// (refused by [`Grant::check`]) is dropped.
+pub fn plan<'a>(
+    spec: &'a ConfigRolloutSpec,
+    regions: &'a [RegionObservation],
+    grant: &Grant,
+) -> StagePlan<'a> {
     // Sized up front: growing a hash set rehashes every name taken so far, and this runs
     // on every step.
     let mut taken: HashSet<&str> = HashSet::with_capacity(
@@ -63,7 +70,7 @@ pub fn plan<'a>(spec: &'a ConfigRolloutSpec, regions: &'a [RegionObservation]) -
         };
         let mut selected = Vec::with_capacity(candidates.len());
         for name in candidates {
-            if taken.insert(name) {
+            if grant.allows_region(name) && taken.insert(name) {
                 selected.push(name);
             }
         }

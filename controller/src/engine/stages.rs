@@ -96,6 +96,10 @@ fn run_stages(step: &mut Step<'_>) -> bool {
                 }
                 StageState::Progressing => {
                     step.status.current_stage = Some(step.spec.stages[index].name.clone());
+                    if !approvals::recheck_running(step, index) {
+                        step.status.phase = Some(RolloutPhase::AwaitingApproval);
+                        return false;
+                    }
                     let pending = pending_regions(step, index);
                     if !pending.is_empty() {
                         step.poll_regions();

@@ -2,6 +2,7 @@
 //! duration semantics and selector operators. Any error here is reported as the
 //! `InvalidSpec` condition and the engine touches no region.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{ConfigRolloutSpec, Pause};
@@ -99,6 +100,22 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
     }
 
     for (index, consumer) in spec.consumers.iter().enumerate() {
+        if consumer.selector.as_ref().is_some_and(|selector| {
+            selector
+                .match_labels
+                .as_ref()
+                .is_none_or(BTreeMap::is_empty)
+                && selector
+                    .match_expressions
+                    .as_ref()
+                    .is_none_or(Vec::is_empty)
+        }) {
+            report(
+                format!("spec.consumers[{index}].selector"),
+                "must not be empty: an empty selector matches every workload of the namespace"
+                    .into(),
+            );
+        }
         if let Some(query) = &consumer.activation_query
             && let Err(error) = check_template(query)
         {

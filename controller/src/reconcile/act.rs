@@ -11,7 +11,7 @@ use super::revision_store::RevisionStore;
 use super::{Context, ReconcileError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
-use crate::engine::{Action, EventType};
+use crate::engine::{Action, EventType, Grant};
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, TargetObject};
 use crate::regions::{RegionError, consumers};
@@ -41,6 +41,8 @@ pub struct ActInput<'a> {
     pub revisions: &'a mut BTreeMap<String, RevisionState>,
     /// Every Region, by name.
     pub regions: &'a BTreeMap<String, Region>,
+    /// What the rollout's namespace may reach: checked again before every region write.
+    pub grant: &'a Grant,
 }
 
 /// Carries out `actions` in order.
@@ -56,6 +58,9 @@ pub async fn act(
     for action in actions {
         match action {
             Action::DeclareRevision { name, stamp, .. } => {
+                if !(ctx.leading)() {
+                    return Err(ReconcileError::NotLeader);
+                }
                 let stamp = parse_stamp(stamp)?;
                 let number = revision_number(name);
                 let previous = latest_before(input.revisions, number);
@@ -141,11 +146,23 @@ async fn restart_consumers(
     Ok(restarted)
 }
 
+/// The client of a region this rollout is about to write in, once the write is known to
+/// be within the grant: the engine never asks for more, and this keeps it so.
 async fn region_client(
     ctx: &Context,
     input: &ActInput<'_>,
     region_name: &str,
 ) -> Result<kube::Client, RegionError> {
+    if !(ctx.leading)() {
+        return Err(RegionError::NotLeader);
+    }
+    let namespace = &input.rollout.spec.target.namespace;
+    if !input.grant.allows_target_namespace(namespace) || !input.grant.allows_region(region_name) {
+        return Err(RegionError::OutsideGrant {
+            namespace: namespace.clone(),
+            region: region_name.to_owned(),
+        });
+    }
     let region = input
         .regions
         .get(region_name)
@@ -178,6 +195,8 @@ async fn merge(
         name: &input.rollout.spec.target.name,
         rollout: Some(&rollout_ref),
         revision: Some(revision),
+        adopt: input.rollout.spec.target.adopt && input.grant.adoption,
+        may_write: ctx.leading.as_ref(),
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {

@@ -2,6 +2,7 @@
 //! controller's own cluster (the hub) is here; region calls are in [`crate::regions`].
 
 pub mod act;
+pub mod admission_policies;
 pub mod leader;
 pub mod observe;
 pub mod region_status;
@@ -35,6 +36,9 @@ pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
 
 /// How long one hub API call may take.
 pub const HUB_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How far ahead of the controller's clock a stamp may be before it is refused by the
+/// clock, and reported when a region holds one.
+pub const MAX_CLOCK_DRIFT: Duration = Duration::from_secs(60);
 
 /// Why a reconcile could not finish. Messages carry object names and HTTP reasons, never
 /// configuration values.
@@ -111,6 +115,10 @@ pub struct Context {
     pub leading: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The process's metrics.
     pub metrics: Arc<Metrics>,
+    /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
+    pub four_eyes_default: bool,
+    /// Whether the admission policies approvals rely on are installed.
+    pub policies: admission_policies::PolicyCheck,
 }
 
 impl Context {
@@ -124,8 +132,9 @@ impl Context {
         Stamp::new(stamp.wall_ms, stamp.logical, writer.clone())
     }
 
-    /// Moves the clock past `stamp`, so that stamps minted after a restart still follow
-    /// the stored ones. A stamp too far ahead is refused by the clock, and logged.
+    /// Moves the clock past `stamp`, so that stamps minted after a restart (or on a
+    /// replica whose clock is behind) still follow the stored and published ones. A stamp
+    /// too far ahead is refused by the clock, and logged.
     fn observe_stamp(&self, stamp: &Stamp) {
         let result = match self.clock.lock() {
             Ok(mut clock) => clock.observe(stamp),
@@ -153,6 +162,7 @@ pub async fn reconcile(
     let status = rollout.status.clone().unwrap_or_default();
 
     // Fetch (hub).
+    let (grant, grant_error) = observe::grant(&ctx.hub, &namespace).await?;
     let desired = observe::desired_data(&ctx.hub, &rollout).await?;
     let regions = observe::regions(&ctx.hub).await?;
     let approvals = observe::approvals(&ctx.hub, &rollout).await?;
@@ -163,7 +173,7 @@ pub async fn reconcile(
     }
 
     // Observe (regions).
-    let mut spec_errors = Vec::new();
+    let mut spec_errors: Vec<String> = grant_error.into_iter().collect();
     let desired = desired.unwrap_or_else(|error| {
         spec_errors.push(error);
         BTreeMap::new()
@@ -172,16 +182,21 @@ pub async fn reconcile(
         .revision
         .as_ref()
         .and_then(|name| revisions.get(name));
-    // Only the regions some stage selects are read: the engine's own selection, on
-    // labels alone, before any region IO.
-    let selected = selected_regions(&rollout.spec, &regions);
-    let region_observations = futures::future::join_all(regions.iter().filter_map(|region| {
+    // Only the regions some stage selects within the grant are read: the engine's own
+    // selection, on labels alone, before any region IO.
+    let selected = selected_regions(&rollout.spec, &regions, &grant);
+    let observed = futures::future::join_all(regions.iter().filter_map(|region| {
         let stage = selected.get(region.name_any().as_str())?;
         Some(observe::region(
             &ctx.region_clients,
             &ctx.digest_key,
             region,
             &rollout.spec.target,
+            observe::Reader {
+                writer: &writer,
+                declared: &desired,
+                stamp_bound_ms: stamp_bound_ms(now),
+            },
             current,
             &rollout.spec.strategy.expand_contract,
             observe::ConsumerScope {
@@ -192,6 +207,27 @@ pub async fn reconcile(
         ))
     }))
     .await;
+    for region in &observed {
+        if let Some(stamp) = &region.latest_stamp {
+            ctx.observe_stamp(stamp);
+        }
+    }
+    let target_refusals = target_refusals(&ctx.hub, &rollout, &grant, &observed).await?;
+    let needs_approvals = rollout
+        .spec
+        .stages
+        .iter()
+        .any(|stage| stage.approval == crate::api::Approval::Required)
+        || rollout.spec.strategy.contract.approval == crate::api::Approval::Required;
+    let missing_policies = if needs_approvals {
+        Some(ctx.policies.missing(&ctx.hub).await)
+    } else {
+        None
+    };
+    let region_observations = observed
+        .into_iter()
+        .map(|region| region.observation)
+        .collect();
     let gate_samples = sample_gates(&ctx, &rollout, &status, now).await;
     let changes = current.map(|revision| revision.changes_to(&desired));
     let observations = Observations {
@@ -211,6 +247,15 @@ pub async fn reconcile(
         approvals,
         control: observe::control(&rollout),
         spec_errors,
+        grant: grant.clone(),
+        target_refusals,
+        rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
+        spec_author: rollout
+            .annotations()
+            .get(admission_policies::SPEC_AUTHOR_ANNOTATION)
+            .cloned(),
+        four_eyes_default: ctx.four_eyes_default,
+        missing_policies,
     };
 
     // Decide (pure).
@@ -232,6 +277,7 @@ pub async fn reconcile(
             desired: &desired,
             revisions: &mut revisions,
             regions: &regions_by_name,
+            grant: &grant,
         },
         &decision.actions,
     )
@@ -264,6 +310,14 @@ pub async fn reconcile(
         Err(ReconcileError::Call(error)) if error.is_conflict() => WriteResult::Conflict,
         Err(_) => WriteResult::Error,
     });
+    if let Err(ReconcileError::Call(error)) = &written
+        && error.is_conflict()
+    {
+        // The rollout changed since it was read: its watch brings the new version, and
+        // the next reconcile decides from it.
+        tracing::debug!(rollout = %rollout.name_any(), "status computed from a stale read; not written");
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
     written?;
     let keep: std::collections::BTreeSet<&str> = status
         .history
@@ -283,11 +337,77 @@ pub async fn reconcile(
     Ok(Requeue::requeue(requeue.max(Duration::from_millis(200))))
 }
 
-/// The Regions the spec's stages select (by name or by label), each with the name of
-/// the stage that covers it.
+/// Stamps after this wall-clock time (ms) are further ahead than the drift bound.
+fn stamp_bound_ms(now: chrono::DateTime<Utc>) -> u64 {
+    let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or_default();
+    let drift_ms = u64::try_from(MAX_CLOCK_DRIFT.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_add(drift_ms)
+}
+
+/// Most other rollouts looked up per reconcile when they hold keys this one declares.
+const MAX_OTHER_ROLLOUTS_CHECKED: usize = 8;
+
+/// Why this rollout may not write some region's target: it exists and configrollout does
+/// not manage it (and adoption was not asked for and granted), or another rollout that
+/// still exists manages keys this one declares. Keys win by their stamp, so a second
+/// rollout on a key would silently flip it (and count its revision as applied where the
+/// other's value stands): such a rollout is refused, naming the keys and the other one.
+async fn target_refusals(
+    hub: &kube::Client,
+    rollout: &ConfigRollout,
+    grant: &engine::Grant,
+    observed: &[observe::ObservedRegion],
+) -> Result<Vec<String>, ReconcileError> {
+    let target = &rollout.spec.target;
+    let adopting = target.adopt && grant.adoption;
+    let mut refusals = Vec::new();
+    let mut existing: BTreeMap<WriterId, bool> = BTreeMap::new();
+    for region in observed {
+        let name = &region.observation.name;
+        if region.findings.unmanaged && !adopting {
+            refusals.push(format!(
+                "spec.target: ConfigMap {}/{} exists in region {name} and is not managed by \
+                 configrollout (set spec.target.adopt, with a grant that allows adoption, to \
+                 take it over)",
+                target.namespace, target.name
+            ));
+        }
+        for (other, keys) in &region.findings.keys_of_other_rollouts {
+            if !existing.contains_key(other) && existing.len() < MAX_OTHER_ROLLOUTS_CHECKED {
+                existing.insert(other.clone(), rollout_exists(hub, other).await?);
+            }
+            // Past the lookup bound an unchecked writer counts as existing: refusing is safe.
+            if existing.get(other).copied().unwrap_or(true) {
+                let (other_namespace, other_name) = other.rollout_ref().unwrap_or_default();
+                refusals.push(format!(
+                    "spec.data: key(s) {} of {}/{} are managed in region {name} by \
+                     ConfigRollout {other_namespace}/{other_name}; a key has one managing rollout",
+                    keys.join(", "),
+                    target.namespace,
+                    target.name
+                ));
+            }
+        }
+    }
+    Ok(refusals)
+}
+
+async fn rollout_exists(hub: &kube::Client, writer: &WriterId) -> Result<bool, ReconcileError> {
+    let Some((namespace, name)) = writer.rollout_ref() else {
+        return Ok(false);
+    };
+    let api: kube::Api<ConfigRollout> = kube::Api::namespaced(hub.clone(), namespace);
+    Ok(api_call("read other rollout", api.get_opt(name))
+        .await?
+        .is_some())
+}
+
+/// The Regions the spec's stages select (by name or by label) within the grant, each
+/// with the name of the stage that covers it.
 fn selected_regions(
     spec: &crate::api::ConfigRolloutSpec,
     regions: &[crate::api::Region],
+    grant: &engine::Grant,
 ) -> BTreeMap<String, String> {
     let labelled: Vec<engine::RegionObservation> = regions
         .iter()
@@ -297,7 +417,7 @@ fn selected_regions(
             ..engine::RegionObservation::default()
         })
         .collect();
-    engine::selection::plan(spec, &labelled)
+    engine::selection::plan(spec, &labelled, grant)
         .all_regions()
         .filter_map(|(stage, name)| Some((name.to_owned(), spec.stages.get(stage)?.name.clone())))
         .collect()
@@ -376,6 +496,7 @@ mod tests {
                 reachable: true,
                 ..RegionObservation::default()
             }],
+            grant: engine::Grant::own_namespace("app"),
             ..Observations::default()
         }
     }
@@ -412,7 +533,7 @@ mod tests {
             region("region-2", "prod"),
             region("region-3", "staging"),
         ];
-        let selected = selected_regions(&spec, &regions);
+        let selected = selected_regions(&spec, &regions, &engine::Grant::default());
         assert_eq!(
             selected.into_iter().collect::<Vec<_>>(),
             vec![

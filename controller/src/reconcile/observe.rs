@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -12,15 +12,15 @@ use super::{ReconcileError, api_call};
 use crate::api::{
     ConfigRollout, Consumer, ExpandContract, Region, RevisionStep, StageApproval, TargetRef,
 };
-use crate::crdt::DigestKey;
+use crate::crdt::{DigestKey, Stamp, WriterId, WriterKind};
 use crate::engine::{
-    AppliedRevision, ApprovalObservation, ConsumerObservation, Control, RegionObservation,
+    AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Grant, RegionObservation,
 };
 use crate::gates::{GateProvider, TemplateValues, render};
 use crate::regions::clients::RegionClients;
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
-use crate::regions::store;
+use crate::regions::store::{self, Ownership};
 
 /// Annotation an operator (or `kubectl configrollout abort`) sets, with an RFC 3339 time.
 pub const ABORT_ANNOTATION: &str = "configrollout.dev/abort";
@@ -66,8 +66,10 @@ pub async fn approvals(
         .filter(|approval| approval.spec.rollout == name)
         .map(|approval| ApprovalObservation {
             name: approval.name_any(),
+            rollout_uid: approval.spec.rollout_uid.clone(),
             stage: approval.spec.stage.clone(),
             revision: approval.spec.revision.clone(),
+            revision_digest: approval.spec.revision_digest.clone(),
             approver: approval.spec.approver.clone(),
             reason: approval.spec.reason.clone(),
             created_at: approval
@@ -121,31 +123,94 @@ pub struct ConsumerScope<'a> {
     pub gates: &'a dyn GateProvider,
 }
 
+/// What the rollout's namespace may reach: the grant on its hub Namespace, or, when an
+/// annotation there is malformed, the default grant and the error (reported as
+/// `InvalidSpec`, so nothing is written until a platform admin fixes it).
+pub async fn grant(
+    hub: &Client,
+    namespace: &str,
+) -> Result<(Grant, Option<String>), ReconcileError> {
+    let api: Api<Namespace> = Api::all(hub.clone());
+    let object = api_call("read rollout namespace", api.get(namespace)).await?;
+    Ok(
+        match Grant::from_annotations(namespace, object.annotations()) {
+            Ok(grant) => (grant, None),
+            Err(error) => (Grant::own_namespace(namespace), Some(error.to_string())),
+        },
+    )
+}
+
+/// Who writes what in a region's target, beyond the evidence the engine reads.
+#[derive(Debug, Clone, Default)]
+pub struct TargetFindings {
+    /// The target exists and configrollout does not manage it.
+    pub unmanaged: bool,
+    /// Keys this rollout declares whose winning write there is another rollout's, by that
+    /// rollout's writer id.
+    pub keys_of_other_rollouts: BTreeMap<WriterId, Vec<String>>,
+}
+
+/// What one region holds of the rollout.
+pub struct ObservedRegion {
+    /// What the engine sees.
+    pub observation: RegionObservation,
+    /// What decides whether the rollout may write there at all.
+    pub findings: TargetFindings,
+    /// The latest stamp in the region's replica within the drift bound: the clock moves
+    /// past it before a revision is stamped, so a new revision is never stamped below
+    /// what a region already holds.
+    pub latest_stamp: Option<Stamp>,
+}
+
+/// The rollout reading a region: its identity and what it declares.
+pub struct Reader<'a> {
+    /// The rollout's writer id.
+    pub writer: &'a WriterId,
+    /// The keys it declares now.
+    pub declared: &'a BTreeMap<String, String>,
+    /// Stamps after this wall-clock time (ms) are further ahead than the clock's drift
+    /// bound allows.
+    pub stamp_bound_ms: u64,
+}
+
 /// What one region holds of the rollout's current revision.
+#[allow(clippy::too_many_arguments)]
 pub async fn region(
     clients: &RegionClients,
     key: &DigestKey,
     region: &Region,
     target: &TargetRef,
+    reader: Reader<'_>,
     current: Option<&RevisionState>,
     expand_contract: &ExpandContract,
     scope: ConsumerScope<'_>,
-) -> RegionObservation {
+) -> ObservedRegion {
     let mut observation = RegionObservation {
         name: region.name_any(),
         labels: region.labels().clone(),
         ..RegionObservation::default()
     };
+    let mut findings = TargetFindings::default();
+    let mut latest_stamp = None;
     let client = match clients.client(region).await {
         Ok(client) => client,
         Err(error) => {
             observation.last_error = Some(error.to_string());
-            return observation;
+            return ObservedRegion {
+                observation,
+                findings,
+                latest_stamp: None,
+            };
         }
     };
     match store::inspect(&client, key, &target.namespace, &target.name).await {
         Ok(inspection) => {
             observation.reachable = true;
+            findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
+            findings.keys_of_other_rollouts = keys_of_other_rollouts(&inspection.replica, &reader);
+            let (latest, future) = stamps(&inspection.replica, &reader, current);
+            latest_stamp = latest;
+            observation.future_stamped_keys = future;
             observation.drifted_keys = inspection.drifted_keys.clone();
             observation.overridden_keys = inspection.overridden_keys.clone();
             if let Some(revision) = current {
@@ -181,7 +246,55 @@ pub async fn region(
             observation.last_error = Some(error.to_string());
         }
     }
-    observation
+    ObservedRegion {
+        observation,
+        findings,
+        latest_stamp,
+    }
+}
+
+/// The latest stamp of `replica` within the drift bound, and how many of the rollout's
+/// keys (declared now, or held by its current revision) carry a stamp beyond it.
+fn stamps(
+    replica: &crate::crdt::Replica,
+    reader: &Reader<'_>,
+    current: Option<&RevisionState>,
+) -> (Option<Stamp>, u32) {
+    let mut latest: Option<&Stamp> = None;
+    let mut future = 0_u32;
+    for (key, entry) in replica.iter() {
+        if entry.stamp.wall_ms > reader.stamp_bound_ms {
+            let ours = reader.declared.contains_key(key)
+                || current.is_some_and(|revision| revision.state.get(key).is_some());
+            if ours {
+                future = future.saturating_add(1);
+            }
+        } else if latest.is_none_or(|latest| entry.stamp > *latest) {
+            latest = Some(&entry.stamp);
+        }
+    }
+    (latest.cloned(), future)
+}
+
+/// The keys `reader` declares whose live winning entry in `replica` is another rollout's.
+fn keys_of_other_rollouts(
+    replica: &crate::crdt::Replica,
+    reader: &Reader<'_>,
+) -> BTreeMap<WriterId, Vec<String>> {
+    let mut found: BTreeMap<WriterId, Vec<String>> = BTreeMap::new();
+    for key in reader.declared.keys() {
+        if let Some(entry) = replica.get(key)
+            && !entry.is_tombstone()
+            && entry.stamp.writer.kind() == WriterKind::Rollout
+            && &entry.stamp.writer != reader.writer
+        {
+            found
+                .entry(entry.stamp.writer.clone())
+                .or_default()
+                .push(key.clone());
+        }
+    }
+    found
 }
 
 /// Counts the region's consumers of `revision` at `pass`: instances from the workloads'

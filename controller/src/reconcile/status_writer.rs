@@ -27,9 +27,13 @@ pub async fn write_status(
     }
     let namespace = rollout.namespace().unwrap_or_default();
     let api: Api<ConfigRollout> = Api::namespaced(hub.clone(), &namespace);
+    // The resourceVersion the status was computed from is a precondition: a status
+    // computed from a stale read (another writer, a deposed leader) is refused with a
+    // conflict instead of overwriting a newer one.
     let patch = json!({
         "apiVersion": "configrollout.dev/v1alpha1",
         "kind": "ConfigRollout",
+        "metadata": {"resourceVersion": rollout.resource_version()},
         "status": status,
     });
     let params = PatchParams::apply(STATUS_FIELD_MANAGER).force();

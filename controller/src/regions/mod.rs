@@ -88,6 +88,29 @@ pub enum RegionError {
         /// Why.
         reason: String,
     },
+    /// The target exists and configrollout does not manage it; adopting it was not asked
+    /// for (or not granted).
+    #[error(
+        "ConfigMap {namespace}/{name} exists and is not managed by configrollout: refused \
+         (set spec.target.adopt, with a grant that allows adoption, to take it over)"
+    )]
+    UnmanagedTarget {
+        /// Namespace of the target.
+        namespace: String,
+        /// Name of the target.
+        name: String,
+    },
+    /// The write would land outside what the rollout's namespace was granted.
+    #[error("writing {namespace} in region {region} is outside the rollout's grant: refused")]
+    OutsideGrant {
+        /// Target namespace.
+        namespace: String,
+        /// Region.
+        region: String,
+    },
+    /// This controller no longer holds the Lease: it writes nothing more.
+    #[error("not the leader any more: nothing written")]
+    NotLeader,
     /// After writing, the target's digest is not the digest of the companion's state.
     #[error("read back: the target's digest does not match its companion's state")]
     ReadBackMismatch,

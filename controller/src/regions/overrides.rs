@@ -34,6 +34,9 @@ pub async fn write_override(
         name,
         rollout: None,
         revision: None,
+        adopt: false,
+        // A person's override, not a controller's: no Lease to hold.
+        may_write: &|| true,
     };
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,

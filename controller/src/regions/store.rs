@@ -31,7 +31,7 @@ const MAX_ATTEMPTS: u32 = 5;
 pub const FIELD_MANAGER: &str = "configrollout";
 
 /// The ConfigMap a rollout manages in one region, and who manages it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TargetObject<'a> {
     /// Namespace of the target ConfigMap.
     pub namespace: &'a str,
@@ -43,6 +43,12 @@ pub struct TargetObject<'a> {
     /// The revision being merged (`r3`), for the annotation; `None` (a regional
     /// override) keeps the annotation as it is.
     pub revision: Option<&'a str>,
+    /// Whether a ConfigMap that exists and that configrollout does not manage may be taken
+    /// over. Without it such a target is refused and nothing is written.
+    pub adopt: bool,
+    /// Asked just before every write: a writer that may no longer write (a controller
+    /// that lost its Lease) writes nothing more.
+    pub may_write: &'a (dyn Fn() -> bool + Send + Sync),
 }
 
 /// The evidence of one materialisation, read back from the region.
@@ -73,6 +79,12 @@ pub async fn materialize(
     let mut writes = 0;
     for _ in 0..MAX_ATTEMPTS {
         let current = read_pair(&api, target.name, &companion_name).await?;
+        if current.ownership() == Ownership::Unmanaged && !target.adopt {
+            return Err(RegionError::UnmanagedTarget {
+                namespace: target.namespace.to_owned(),
+                name: target.name.to_owned(),
+            });
+        }
         let replica = match current
             .companion_view
             .as_ref()
@@ -143,6 +155,20 @@ pub struct Inspection {
     pub drifted_keys: Vec<String>,
     /// Managed keys whose winning write is a regional override (names only).
     pub overridden_keys: Vec<String>,
+    /// Whether the target exists and who manages it.
+    pub ownership: Ownership,
+}
+
+/// Whether a region's target ConfigMap exists and whether configrollout manages it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// No target yet: the first publish creates it.
+    Absent,
+    /// Created (or adopted) by configrollout: it carries the digest annotation or has a
+    /// companion.
+    Managed,
+    /// It exists, and configrollout never wrote it: someone else's ConfigMap.
+    Unmanaged,
 }
 
 /// Reads the region's replica for the target `namespace/name`: the evidence of what it
@@ -175,12 +201,14 @@ async fn inspect_pair(
             adopt_stamp: None,
         },
     )?;
+    let ownership = current.ownership();
     Ok(Inspection {
         replica: plan.replica,
         digest: plan.digest,
         target_digest: current.target_view.and_then(|view| view.digest),
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
+        ownership,
     })
 }
 
@@ -189,6 +217,16 @@ struct Pair {
     companion: Option<ConfigMap>,
     target_view: Option<TargetView>,
     companion_view: Option<CompanionView>,
+}
+
+impl Pair {
+    fn ownership(&self) -> Ownership {
+        match (&self.target_view, &self.companion) {
+            (None, _) => Ownership::Absent,
+            (Some(target), None) if target.digest.is_none() => Ownership::Unmanaged,
+            (Some(_), _) => Ownership::Managed,
+        }
+    }
 }
 
 async fn read_pair(
@@ -255,6 +293,7 @@ async fn write_plan(
             };
             annotate(&mut fresh);
             *writes += 1;
+            fence(target)?;
             (
                 call("create target", api.create(&params, &fresh)).await?,
                 true,
@@ -280,6 +319,7 @@ async fn write_plan(
             plan.encoded_state.clone(),
         )]));
         *writes += 1;
+        fence(target)?;
         if current.companion.is_some() {
             call(
                 "write companion",
@@ -305,9 +345,18 @@ async fn write_plan(
         updated.data = Some(plan.target_data.clone());
         annotate(&mut updated);
         *writes += 1;
+        fence(target)?;
         call("write target", api.replace(target.name, &params, &updated)).await?;
     }
     Ok(())
+}
+
+fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
+    if (target.may_write)() {
+        Ok(())
+    } else {
+        Err(RegionError::NotLeader)
+    }
 }
 
 fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {

@@ -10,7 +10,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, conditions};
 use configrollout::engine::{
     Action, AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Decision,
-    DesiredRevision, GateSampleObservation, Observations, RegionObservation, gates_due, step,
+    DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation, gates_due,
+    step,
 };
 use configrollout::gates::QueryResult;
 use serde_json::{Value, json};
@@ -43,6 +44,8 @@ pub struct FakeRegion {
     pub consumers: u32,
     pub activates: bool,
     pub consumer_state: Option<ConsumerObservation>,
+    /// Keys of the rollout stamped far ahead in this region.
+    pub future_stamped_keys: u32,
 }
 
 /// What a gate query returns in the fake world.
@@ -62,6 +65,16 @@ pub struct World {
     /// Every action ever returned, with the time of the step.
     pub log: Vec<(DateTime<Utc>, Action)>,
     pub last: Option<Decision>,
+    /// What the rollout's namespace may reach: by default the target's namespace.
+    pub grant: Grant,
+    /// The rollout's UID.
+    pub rollout_uid: String,
+    /// Who last changed the spec (the apiserver-stamped annotation).
+    pub spec_author: Option<String>,
+    /// The platform's `--four-eyes`.
+    pub four_eyes_default: bool,
+    /// Admission policies found missing (`None`: not checked).
+    pub missing_policies: Option<Vec<String>>,
     stamp_counter: u64,
 }
 
@@ -81,6 +94,11 @@ impl World {
             })
             .collect();
         World {
+            grant: Grant::own_namespace(&spec.target.namespace),
+            rollout_uid: "uid-1".into(),
+            spec_author: Some("author".into()),
+            four_eyes_default: false,
+            missing_policies: None,
             spec,
             status: ConfigRolloutStatus::default(),
             now: t0(),
@@ -145,12 +163,19 @@ impl World {
                     consumers: region.consumer_state.clone(),
                     drifted_keys: Vec::new(),
                     overridden_keys: Vec::new(),
+                    future_stamped_keys: region.future_stamped_keys,
                 })
                 .collect(),
             gate_samples,
             approvals: self.approvals.clone(),
             control: self.control.clone(),
             spec_errors: Vec::new(),
+            grant: self.grant.clone(),
+            target_refusals: Vec::new(),
+            rollout_uid: self.rollout_uid.clone(),
+            spec_author: self.spec_author.clone(),
+            four_eyes_default: self.four_eyes_default,
+            missing_policies: self.missing_policies.clone(),
         }
     }
 
@@ -257,15 +282,35 @@ impl World {
             .collect()
     }
 
+    /// Approves `stage` of `revision` as `alice`, naming the rollout's UID and the
+    /// revision's digest as status reports them (as the plugin does).
     pub fn approve(&mut self, name: &str, stage: &str, revision: &str) {
-        self.approvals.push(ApprovalObservation {
+        self.approve_as("alice", name, stage, revision);
+    }
+
+    /// The digest `status.history` reports for `revision`.
+    pub fn revision_digest(&self, revision: &str) -> String {
+        self.status
+            .history
+            .iter()
+            .find(|record| record.name == revision)
+            .and_then(|record| record.digest.clone())
+            .unwrap_or_else(|| format!("no digest for {revision} yet"))
+    }
+
+    /// Approves as `approver`.
+    pub fn approve_as(&mut self, approver: &str, name: &str, stage: &str, revision: &str) {
+        let approval = ApprovalObservation {
             name: name.to_string(),
+            rollout_uid: self.rollout_uid.clone(),
             stage: stage.to_string(),
             revision: revision.to_string(),
-            approver: "alice".to_string(),
+            revision_digest: self.revision_digest(revision),
+            approver: approver.to_string(),
             reason: Some("looks good".to_string()),
             created_at: self.now,
-        });
+        };
+        self.approvals.push(approval);
     }
 
     pub fn condition(

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -68,6 +69,14 @@ async fn demo(keep: bool) -> DemoResult<()> {
     lab.create_namespace(HUB, NAMESPACE)
         .await
         .map_err(|e| e.to_string())?;
+    // As the platform admin: the team's rollouts may write the target namespace.
+    lab.annotate_namespace(
+        HUB,
+        NAMESPACE,
+        &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     for region in lab.regions() {
         lab.create_namespace(&region, TARGET_NAMESPACE)
             .await
@@ -113,18 +122,20 @@ async fn demo(keep: bool) -> DemoResult<()> {
         .client(HUB, User::ApproverAlice)
         .map_err(|e| e.to_string())?;
     let approvals: Api<StageApproval> = Api::namespaced(approver, NAMESPACE);
+    let current = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
+    let spec = StageApprovalSpec::for_current_revision(
+        &current,
+        "production",
+        User::ApproverAlice.name(),
+        Some("canary looks healthy".to_owned()),
+    )
+    .ok_or("the rollout's status names no revision to approve")?;
     let approval = StageApproval {
         metadata: ObjectMeta {
             name: Some("rate-limits-production-r1".to_owned()),
             ..ObjectMeta::default()
         },
-        spec: StageApprovalSpec {
-            rollout: ROLLOUT.to_owned(),
-            stage: "production".to_owned(),
-            revision: "r1".to_owned(),
-            approver: User::ApproverAlice.name().to_owned(),
-            reason: Some("canary looks healthy".to_owned()),
-        },
+        spec,
     };
     approvals
         .create(&PostParams::default(), &approval)

@@ -10,10 +10,11 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 pub const TEAM: &str = "team";
@@ -68,6 +69,10 @@ impl World {
         lab.create_namespace(HUB, TEAM)
             .await
             .expect("team namespace");
+        // As the platform admin: the team's rollouts may write `app` in the regions.
+        lab.annotate_namespace(HUB, TEAM, &[(ALLOWED_TARGET_NAMESPACES, APP)])
+            .await
+            .expect("grant the team namespace app");
         for region in lab.regions() {
             lab.create_namespace(&region, APP)
                 .await
@@ -89,6 +94,16 @@ impl World {
     }
 
     pub fn start_controller_on(&self, identity: &str, probe_addr: &str) -> LabChild {
+        self.start_controller_with(identity, probe_addr, &[])
+    }
+
+    /// A controller with `extra` flags after the usual ones.
+    pub fn start_controller_with(
+        &self,
+        identity: &str,
+        probe_addr: &str,
+        extra: &[&str],
+    ) -> LabChild {
         let args: Vec<OsString> = [
             "--lease-duration",
             LEASE,
@@ -100,6 +115,7 @@ impl World {
             &self.lab.prometheus_url(),
         ]
         .iter()
+        .chain(extra)
         .map(OsString::from)
         .collect();
         self.lab
@@ -152,8 +168,21 @@ impl World {
             .map(|cm| cm.data.unwrap_or_default())
     }
 
+    /// Approves `stage` of `revision` as `user`, naming the rollout's UID and the
+    /// revision's digest as its status shows them (as the plugin does).
     pub async fn approve(&self, user: User, rollout: &str, stage: &str, revision: &str) {
-        let approver = user.name().to_owned();
+        let current = self.rollout(rollout).await;
+        let spec = StageApprovalSpec::for_current_revision(
+            &current,
+            stage,
+            user.name(),
+            Some("checked the canary dashboards".to_owned()),
+        )
+        .expect("the rollout's status names its revision and digest");
+        assert_eq!(
+            spec.revision, revision,
+            "approving the revision status shows"
+        );
         let client = self.lab.client(HUB, user).expect("approver client");
         let api: Api<StageApproval> = Api::namespaced(client, TEAM);
         let approval = StageApproval {
@@ -161,13 +190,7 @@ impl World {
                 name: Some(format!("{rollout}-{stage}-{revision}")),
                 ..ObjectMeta::default()
             },
-            spec: StageApprovalSpec {
-                rollout: rollout.to_owned(),
-                stage: stage.to_owned(),
-                revision: revision.to_owned(),
-                approver,
-                reason: Some("checked the canary dashboards".to_owned()),
-            },
+            spec,
         };
         within(
             "create approval",
@@ -229,7 +252,7 @@ impl WriteCounter {
         let task = tokio::spawn(async move {
             use futures::StreamExt;
             let mut established = Some(established);
-            let mut stream = std::pin::pin!(watcher(api, config));
+            let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(watcher::Event::InitDone) => {

@@ -32,6 +32,7 @@ var labUsers = []labUser{
 	{Name: "approver-bob", Groups: []string{"configrollout:approvers"}},
 	{Name: "viewer", Groups: []string{"configrollout:viewers"}},
 	{Name: "lab-workload", Groups: []string{"configrollout:workloads"}},
+	{Name: "tenant-a", Groups: []string{"configrollout:tenants"}},
 }
 
 // state is what must survive a restart with the same data directory.

@@ -1,0 +1,273 @@
+//! Properties of approvals, operator requests and stamps that nobody can forge or outrun:
+//! an approval-required stage publishes only on a StageApproval that names this rollout's
+//! UID, the revision's digest, was created after the revision, and (with four-eyes)
+//! comes from someone other than the spec's author, whatever the status says; an abort
+//! always stops; a retry from the future never resumes; a region holding stamps from the
+//! future never lets the rollout report Complete.
+
+mod support;
+
+use chrono::TimeDelta;
+use configrollout::api::{ApprovalRecord, RolloutPhase, StageState, conditions};
+use configrollout::engine::{Action, ApprovalObservation};
+use proptest::prelude::*;
+use serde_json::json;
+use support::{World, spec};
+
+const REGIONS: [&str; 3] = ["c1", "p1", "p2"];
+
+/// Canary (no approval), then prod (approval required).
+fn world(four_eyes: bool) -> World {
+    World::new(
+        spec(json!({
+            "fourEyes": four_eyes,
+            "stages": [
+                {"name": "canary", "regions": {"names": ["c1"]}},
+                {"name": "prod", "regions": {"names": ["p1", "p2"]}, "maxParallel": 2, "approval": "Required"},
+            ],
+        })),
+        &REGIONS,
+    )
+}
+
+fn prod_publishes(world: &World) -> usize {
+    world
+        .publishes()
+        .iter()
+        .filter(|(region, ..)| region != "c1")
+        .count()
+}
+
+#[derive(Debug, Clone)]
+struct Attempt {
+    right_uid: bool,
+    right_digest: bool,
+    before_declaration: bool,
+    by_author: bool,
+    forge_status: bool,
+}
+
+fn attempt() -> impl Strategy<Value = Attempt> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(right_uid, right_digest, before_declaration, by_author, forge_status)| Attempt {
+                right_uid,
+                right_digest,
+                before_declaration,
+                by_author,
+                forge_status,
+            },
+        )
+}
+
+fn approval(world: &World, attempt: &Attempt, index: usize) -> ApprovalObservation {
+    let created_at = if attempt.before_declaration {
+        world.now - TimeDelta::hours(1)
+    } else {
+        world.now
+    };
+    ApprovalObservation {
+        name: format!("attempt-{index}"),
+        rollout_uid: if attempt.right_uid {
+            world.rollout_uid.clone()
+        } else {
+            "uid-of-a-deleted-rollout".into()
+        },
+        stage: "prod".into(),
+        revision: "r1".into(),
+        revision_digest: if attempt.right_digest {
+            world.revision_digest("r1")
+        } else {
+            "digest-of-something-else".into()
+        },
+        approver: if attempt.by_author {
+            world.spec_author.clone().unwrap_or_default()
+        } else {
+            "second-person".into()
+        },
+        reason: None,
+        created_at,
+    }
+}
+
+fn counts(attempt: &Attempt, four_eyes: bool) -> bool {
+    attempt.right_uid
+        && attempt.right_digest
+        && !attempt.before_declaration
+        && !(four_eyes && attempt.by_author)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(200)
+    ))]
+
+    #[test]
+    fn only_a_true_approval_opens_the_stage(
+        four_eyes in any::<bool>(),
+        attempts in prop::collection::vec(attempt(), 0..4),
+    ) {
+        let mut world = world(four_eyes);
+        world.run(3, 15);
+        prop_assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+        for (index, attempt) in attempts.iter().enumerate() {
+            let observation = approval(&world, attempt, index);
+            if attempt.forge_status {
+                // Someone with status write access claims the stage was approved and runs.
+                world.status.stages[1].approval = Some(ApprovalRecord {
+                    name: observation.name.clone(),
+                    approver: "forger".into(),
+                    reason: None,
+                    approved_at: world.status.history[0].declared_at.clone(),
+                });
+                world.status.stages[1].state = StageState::Progressing;
+                world.status.phase = Some(RolloutPhase::Progressing);
+            }
+            world.approvals.push(observation);
+            world.run(3, 15);
+        }
+        let approved = attempts.iter().any(|attempt| counts(attempt, four_eyes));
+        if approved {
+            world.run(6, 15);
+            prop_assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+        } else {
+            prop_assert_eq!(prod_publishes(&world), 0, "{:?}", world.publishes());
+            prop_assert_ne!(world.status.phase, Some(RolloutPhase::Complete));
+        }
+    }
+
+    #[test]
+    fn abort_always_stops_and_a_retry_from_the_future_never_resumes(
+        pending_retry_ahead_s in -600i64..86_400,
+        retry_ahead_s in prop_oneof![1i64..60, 61i64..86_400],
+    ) {
+        let mut world = world(false);
+        world.run(2, 15);
+        // An abort stops the rollout whatever the retry beside it says, and that retry
+        // (written before the abort, however dated) never resumes it.
+        world.control.retry_requested_at = Some(world.now + TimeDelta::seconds(pending_retry_ahead_s));
+        world.control.abort_requested_at = Some(world.now);
+        world.tick();
+        prop_assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+        let reason = world.halted_reason();
+        prop_assert_eq!(reason.as_deref(), Some("Aborted"));
+        world.advance(15);
+        world.run(8, 15);
+        prop_assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+
+        // A new retry dated beyond the skew is refused, and stays refused as time passes.
+        world.control.retry_requested_at = Some(world.now + TimeDelta::seconds(retry_ahead_s));
+        world.run(8, 15);
+        if retry_ahead_s > 60 {
+            prop_assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+            let refused = world.log.iter().any(|(_, action)| {
+                matches!(action, Action::Event { reason, .. } if reason == "ControlRefused")
+            });
+            prop_assert!(refused, "no ControlRefused event");
+            // A retry requested now resumes the halt once.
+            world.control.retry_requested_at = Some(world.now);
+            world.tick();
+        }
+        prop_assert_ne!(world.status.phase, Some(RolloutPhase::Halted));
+    }
+
+    #[test]
+    fn a_region_holding_future_stamps_never_lets_the_rollout_complete(
+        region in 0usize..3,
+        keys in 1u32..5,
+    ) {
+        let mut world = world(false);
+        world.region(REGIONS[region]).future_stamped_keys = keys;
+        world.run(3, 15);
+        world.approve("ok", "prod", "r1");
+        world.run(10, 15);
+        prop_assert_ne!(world.status.phase, Some(RolloutPhase::Complete));
+        if region == 0 {
+            // The canary is selected from the start: halted at once, naming it.
+            let halted = world.condition(conditions::HALTED).cloned();
+            let named = halted.is_some_and(|c| {
+                c.status == "True"
+                    && c.reason == "FutureStamps"
+                    && c.message.contains("c1")
+                    && c.message.contains(&format!("{keys} keys"))
+            });
+            prop_assert!(named, "Halted names the region and key count");
+        }
+    }
+}
+
+#[test]
+fn an_approval_by_the_author_under_four_eyes_is_refused_and_said_so() {
+    let mut world = world(true);
+    world.run(3, 15);
+    world.approve_as("author", "self-approval", "prod", "r1");
+    world.run(2, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert_eq!(awaiting.reason, "ApprovalRefused");
+    assert!(
+        awaiting
+            .message
+            .contains("by author refused: author last changed the spec"),
+        "{}",
+        awaiting.message
+    );
+    let refusals = world
+        .log
+        .iter()
+        .filter(|(_, action)| {
+            matches!(action, Action::Event { reason, .. } if reason == "ApprovalRefused")
+        })
+        .count();
+    assert_eq!(refusals, 1, "one Event per refused approval");
+    world.approve_as("bob", "second-person", "prod", "r1");
+    world.run(6, 15);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert_eq!(
+        world.status.stages[1]
+            .approval
+            .as_ref()
+            .map(|a| a.approver.as_str()),
+        Some("bob")
+    );
+}
+
+#[test]
+fn four_eyes_without_a_known_author_fails_closed() {
+    let mut world = world(false);
+    world.four_eyes_default = true;
+    world.spec_author = None;
+    world.run(3, 15);
+    world.approve_as("bob", "any", "prod", "r1");
+    world.run(4, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert!(
+        awaiting.message.contains("spec-author"),
+        "{}",
+        awaiting.message
+    );
+}
+
+#[test]
+fn the_policies_approvals_rely_on_are_reported() {
+    let mut world = world(false);
+    world.missing_policies = Some(vec![
+        "MutatingAdmissionPolicy spec-author.configrollout.dev".into(),
+    ]);
+    world.tick();
+    let condition = world.condition(conditions::ADMISSION_POLICIES).unwrap();
+    assert_eq!(condition.status, "False");
+    assert_eq!(condition.reason, "PoliciesMissing");
+    assert!(condition.message.contains("spec-author.configrollout.dev"));
+    world.missing_policies = Some(Vec::new());
+    world.tick();
+    let condition = world.condition(conditions::ADMISSION_POLICIES).unwrap();
+    assert_eq!(condition.status, "True");
+}

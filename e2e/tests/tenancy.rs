@@ -1,0 +1,539 @@
+//! Tenant boundaries on real clusters: a team's developer (`tenant-a`, allowed to create
+//! ConfigRollouts in the hub namespace `team-a` and nothing else) tries every way out of
+//! its namespace, first with only the controller standing guard, then with the shipped
+//! admission policy installed, and finally succeeds once a platform admin grants more.
+//! A watch on every ConfigMap of every region shows that nothing was written outside the
+//! grant at any time. One lab for the whole binary; the scenarios run in order.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use configrollout::api::{ConfigRollout, Region};
+use configrollout::engine::tenancy::{ALLOWED_REGIONS, ALLOWED_TARGET_NAMESPACES};
+use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, LabOptions, SYSTEM_NAMESPACE, User};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+mod support;
+
+use support::*;
+
+/// The tenant's hub namespace, and the namespace of its own name in the regions.
+const TENANT: &str = "team-a";
+const REGIONS: [&str; 3] = ["region-1", "region-2", "region-3"];
+/// A value a kubeconfig could carry that must never be quoted back.
+const SECRET_TOKEN: &str = "s3cr3t-t0ken-e1a9";
+
+/// Every ConfigMap written in one region, as `namespace/name`, from a watch over all
+/// namespaces started before the first scenario.
+struct RegionWrites {
+    task: tokio::task::JoinHandle<()>,
+    written: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl RegionWrites {
+    async fn start(client: Client) -> Self {
+        let api: Api<ConfigMap> = Api::all(client);
+        let written = Arc::new(Mutex::new(BTreeSet::new()));
+        let seen = written.clone();
+        let (established, watching) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut established = Some(established);
+            let mut listing = true;
+            let mut stream =
+                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        listing = false;
+                        if let Some(established) = established.take() {
+                            let _ = established.send(());
+                        }
+                    }
+                    Ok(watcher::Event::Apply(cm) | watcher::Event::Delete(cm)) if !listing => {
+                        let name =
+                            format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
+                        seen.lock().unwrap().insert(name);
+                    }
+                    _ => {}
+                }
+            }
+        });
+        within("establish the region's ConfigMap watch", async {
+            watching.await.map_err(|_| "watch ended")
+        })
+        .await;
+        Self { task, written }
+    }
+
+    fn written(&self) -> BTreeSet<String> {
+        self.written.lock().unwrap().clone()
+    }
+}
+
+impl Drop for RegionWrites {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Tenancy {
+    world: World,
+    tenant: Client,
+    writes: Vec<(String, RegionWrites)>,
+}
+
+impl Tenancy {
+    fn rollouts(&self) -> Api<ConfigRollout> {
+        Api::namespaced(self.tenant.clone(), TENANT)
+    }
+
+    fn admin_rollouts(&self) -> Api<ConfigRollout> {
+        Api::namespaced(self.world.hub.clone(), TENANT)
+    }
+
+    async fn create(&self, yaml: &str) -> Result<ConfigRollout, kube::Error> {
+        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        tokio::time::timeout(
+            CALL,
+            self.rollouts().create(&PostParams::default(), &rollout),
+        )
+        .await
+        .expect("the hub answers")
+    }
+
+    /// A server-side dry run of the creation: admission runs, nothing is stored.
+    async fn try_create(&self, yaml: &str) -> Result<ConfigRollout, kube::Error> {
+        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        tokio::time::timeout(CALL, self.rollouts().create(&params, &rollout))
+            .await
+            .expect("the hub answers")
+    }
+
+    async fn condition(&self, name: &str, type_: &str) -> (String, String) {
+        eventually(&format!("{name}: condition {type_}"), PROGRESS, || async {
+            let rollout = within("read rollout", self.admin_rollouts().get(name)).await;
+            rollout
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == type_ && c.status == "True")
+                .map(|c| (c.reason, c.message))
+        })
+        .await
+    }
+
+    /// Every write seen in every region so far, as `region: namespace/name`.
+    fn all_writes(&self) -> BTreeSet<String> {
+        self.writes
+            .iter()
+            .flat_map(|(region, writes)| {
+                writes
+                    .written()
+                    .into_iter()
+                    .map(move |name| format!("{region}: {name}"))
+            })
+            .collect()
+    }
+}
+
+fn rollout(name: &str, target_namespace: &str, target: &str, rest: &str) -> String {
+    format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {TENANT}}}\nspec:\n  target: {{namespace: {target_namespace}, name: {target}}}\n  data: {{limit: \"10\"}}\n{rest}"
+    )
+}
+
+const EVERY_REGION: &str = "  stages:\n    - {name: all, regions: {selector: {matchExpressions: [{key: configrollout.dev/region, operator: Exists}]}}, maxParallel: 3}\n";
+
+/// As the platform admin: `tenant-a` may manage ConfigRollouts in `team-a`, nothing else.
+async fn grant_tenant_rbac(world: &World) {
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("configrollout-author".into()),
+            namespace: Some(TENANT.into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["configrollout.dev".into()]),
+            resources: Some(vec!["configrollouts".into()]),
+            verbs: [
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..PolicyRule::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("configrollout-author".into()),
+            namespace: Some(TENANT.into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "configrollout-author".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: User::TenantA.name().into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Subject::default()
+        }]),
+    };
+    let params = PostParams::default();
+    within(
+        "create the tenant's role",
+        Api::<Role>::namespaced(world.hub.clone(), TENANT).create(&params, &role),
+    )
+    .await;
+    within(
+        "bind the tenant's role",
+        Api::<RoleBinding>::namespaced(world.hub.clone(), TENANT).create(&params, &binding),
+    )
+    .await;
+}
+
+async fn create_config_map(client: Client, namespace: &str, name: &str) {
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(data(&[("limit", "owned-by-someone-else")])),
+        ..ConfigMap::default()
+    };
+    within(
+        "create a ConfigMap nobody manages",
+        Api::<ConfigMap>::namespaced(client, namespace).create(&PostParams::default(), &config_map),
+    )
+    .await;
+}
+
+async fn set_up() -> Tenancy {
+    let world = World::start(LabOptions::default()).await;
+    world
+        .lab
+        .create_namespace(HUB, TENANT)
+        .await
+        .expect("tenant namespace");
+    grant_tenant_rbac(&world).await;
+    for region in REGIONS {
+        world
+            .lab
+            .create_namespace(region, TENANT)
+            .await
+            .expect("namespace");
+        create_config_map(world.region(region), TENANT, "legacy").await;
+        create_config_map(world.region(region), "kube-system", "coredns").await;
+    }
+    let mut writes = Vec::new();
+    for region in REGIONS {
+        writes.push((
+            region.to_owned(),
+            RegionWrites::start(world.region(region)).await,
+        ));
+    }
+    let tenant = world.lab.client(HUB, User::TenantA).expect("tenant client");
+    Tenancy {
+        world,
+        tenant,
+        writes,
+    }
+}
+
+/// Without the admission policy, the controller alone refuses every escape, writing
+/// nothing, and names the field.
+async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy) {
+    for (name, namespace, target) in [
+        ("escape-app", "app", "limits"),
+        ("escape-kube-system", "kube-system", "coredns"),
+    ] {
+        t.create(&rollout(name, namespace, target, EVERY_REGION))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: no policy installed yet, admitted: {e}"));
+        let (reason, message) = t.condition(name, "InvalidSpec").await;
+        assert_eq!(reason, "OutsideGrant", "{name}: {message}");
+        assert!(
+            message.contains("spec.target.namespace"),
+            "{name}: {message}"
+        );
+        assert!(message.contains(namespace), "{name}: {message}");
+    }
+
+    // A ConfigMap of the tenant's own namespace that configrollout did not create.
+    t.create(&rollout("adopt-legacy", TENANT, "legacy", EVERY_REGION))
+        .await
+        .expect("admitted");
+    let (reason, message) = t.condition("adopt-legacy", "InvalidSpec").await;
+    assert_eq!(reason, "TargetRefused", "{message}");
+    assert!(message.contains("team-a/legacy"), "{message}");
+    assert!(
+        message.contains("not managed by configrollout"),
+        "{message}"
+    );
+
+    // Asking to adopt it without a grant that allows adoption.
+    let adopting = rollout("adopt-legacy-asked", TENANT, "legacy", EVERY_REGION)
+        .replace("name: legacy}", "name: legacy, adopt: true}");
+    t.create(&adopting).await.expect("admitted");
+    let (reason, message) = t.condition("adopt-legacy-asked", "InvalidSpec").await;
+    assert_eq!(reason, "OutsideGrant", "{message}");
+    assert!(message.contains("spec.target.adopt"), "{message}");
+
+    // Its own namespace, in every region: allowed by default.
+    t.create(&rollout("own", TENANT, "limits", EVERY_REGION))
+        .await
+        .expect("admitted");
+    t.condition("own", "Complete").await;
+}
+
+/// An empty consumer selector would restart every workload of the namespace: the schema
+/// refuses it, whatever policies are installed.
+async fn an_empty_consumer_selector_is_refused(t: &Tenancy) {
+    let everything = rollout(
+        "restart-everything",
+        TENANT,
+        "limits",
+        &format!("  consumers:\n    - {{kind: DaemonSet, selector: {{}}}}\n{EVERY_REGION}"),
+    );
+    let error = t.create(&everything).await.expect_err("refused");
+    assert!(
+        error.to_string().contains("spec.consumers[0].selector"),
+        "{error}"
+    );
+}
+
+/// A Region whose kubeconfig runs a command is never used, and its status says why
+/// without quoting the kubeconfig.
+async fn a_region_with_an_exec_kubeconfig_is_refused(t: &Tenancy) {
+    let marker = t.world.lab.root_dir().join("exec-ran");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:1\"}}\nusers:\n- name: u\n  user:\n    token: {SECRET_TOKEN}\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+        marker.display()
+    );
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("exec-kubeconfig".into()),
+            namespace: Some(SYSTEM_NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                KUBECONFIG_SECRET_KEY.to_owned(),
+                ByteString(kubeconfig.into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    within(
+        "create the exec kubeconfig Secret",
+        Api::<Secret>::namespaced(t.world.hub.clone(), SYSTEM_NAMESPACE)
+            .create(&PostParams::default(), &secret),
+    )
+    .await;
+    let region: Region = serde_yaml::from_str(&format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: Region\nmetadata: {{name: region-exec}}\nspec:\n  kubeconfigSecretRef: {{namespace: {SYSTEM_NAMESPACE}, name: exec-kubeconfig, key: {KUBECONFIG_SECRET_KEY}}}\n"
+    ))
+    .expect("Region YAML");
+    within(
+        "create the exec Region",
+        Api::<Region>::all(t.world.hub.clone()).create(&PostParams::default(), &region),
+    )
+    .await;
+    t.create(&rollout(
+        "via-exec",
+        TENANT,
+        "via-exec",
+        "  stages:\n    - {name: all, regions: {names: [region-exec]}}\n",
+    ))
+    .await
+    .expect("admitted");
+    let error = eventually("region-exec reports its error", PROGRESS, || async {
+        let region = within(
+            "read region-exec",
+            Api::<Region>::all(t.world.hub.clone()).get("region-exec"),
+        )
+        .await;
+        region.status?.last_error
+    })
+    .await;
+    assert!(error.contains("exec"), "{error}");
+    assert!(
+        !error.contains(SECRET_TOKEN),
+        "quotes the kubeconfig: {error}"
+    );
+    let rollout = within("read via-exec", t.admin_rollouts().get("via-exec")).await;
+    let status = serde_json::to_string(&rollout.status).expect("status JSON");
+    assert!(
+        !status.contains(SECRET_TOKEN),
+        "quotes the kubeconfig: {status}"
+    );
+    assert!(!marker.exists(), "the kubeconfig's command was run");
+}
+
+/// With the shipped policy installed, `kubectl apply` refuses an escape outright, naming
+/// the field.
+async fn the_admission_policy_refuses_escapes(t: &Tenancy) {
+    let policy = configrollout_e2e::repository_root().join("policies/rollout-tenancy.yaml");
+    t.world
+        .lab
+        .apply(HUB, User::Admin, &policy)
+        .await
+        .expect("install the tenancy policy");
+    // A policy takes effect once the apiserver has compiled it: dry runs until it does.
+    eventually("the policy is in force", PROGRESS, || async {
+        t.try_create(&rollout("escape-app-2", "app", "limits", EVERY_REGION))
+            .await
+            .err()
+    })
+    .await;
+    let error = t
+        .create(&rollout("escape-app-2", "app", "limits", EVERY_REGION))
+        .await
+        .expect_err("refused");
+    let text = error.to_string();
+    assert!(text.contains("spec.target.namespace"), "{text}");
+    assert!(text.contains("not granted"), "{text}");
+
+    let error = t
+        .create(&rollout(
+            "escape-kube-system-2",
+            "kube-system",
+            "coredns",
+            EVERY_REGION,
+        ))
+        .await
+        .expect_err("refused");
+    assert!(error.to_string().contains("kube-system"), "{error}");
+
+    let adopting = rollout("adopt-2", TENANT, "legacy", EVERY_REGION)
+        .replace("name: legacy}", "name: legacy, adopt: true}");
+    let error = t.create(&adopting).await.expect_err("refused");
+    assert!(error.to_string().contains("spec.target.adopt"), "{error}");
+
+    t.create(&rollout("own-2", TENANT, "limits-2", EVERY_REGION))
+        .await
+        .expect("its own namespace is admitted");
+}
+
+/// A platform admin grants `app` in region-1 and region-2: the rollout refused before now
+/// completes there, and region-3 is still never written.
+async fn a_grant_opens_exactly_what_it_names(t: &Tenancy) {
+    t.world
+        .lab
+        .annotate_namespace(
+            HUB,
+            TENANT,
+            &[
+                (ALLOWED_TARGET_NAMESPACES, "app"),
+                (ALLOWED_REGIONS, "region-1, region-2"),
+            ],
+        )
+        .await
+        .expect("grant");
+    t.condition("escape-app", "Complete").await;
+    for region in ["region-1", "region-2"] {
+        assert_eq!(
+            t.world.target_data(region, "limits").await,
+            Some(data(&[("limit", "10")])),
+            "{region}"
+        );
+    }
+    assert_eq!(t.world.target_data("region-3", "limits").await, None);
+
+    let error = eventually("the policy sees the grant", PROGRESS, || async {
+        t.try_create(&rollout(
+            "named-region-3",
+            "app",
+            "named",
+            "  stages:\n    - {name: all, regions: {names: [region-1, region-3]}}\n",
+        ))
+        .await
+        .err()
+        .filter(|e| e.to_string().contains("regions.names"))
+    })
+    .await;
+    assert!(error.to_string().contains("region-3"), "{error}");
+    assert!(!error.to_string().contains("region-1,"), "{error}");
+}
+
+/// A gate query is the tenant's own PromQL: an answer with more series than the
+/// controller accepts is an Inconclusive sample that says so, read from the real
+/// Prometheus (one series per region: three, over the controller's cap of two).
+async fn an_oversized_prometheus_answer_is_inconclusive(t: &Tenancy) {
+    t.create(&rollout(
+        "greedy-gate",
+        TENANT,
+        "greedy-gate",
+        "  gates:\n    - {name: everything, query: 'configrollout_lab_requests_total', condition: 'all(result >= 0)', interval: 1s, count: 3, inconclusiveLimit: 0}\n  stages:\n    - {name: canary, regions: {names: [region-1]}, gates: [everything]}\n",
+    ))
+    .await
+    .expect("admitted");
+    let (reason, message) = t.condition("greedy-gate", "Halted").await;
+    assert_eq!(reason, "GateFailed", "{message}");
+    let rollout = within("read greedy-gate", t.admin_rollouts().get("greedy-gate")).await;
+    let samples: Vec<String> = rollout
+        .status
+        .iter()
+        .flat_map(|status| &status.stages)
+        .flat_map(|stage| &stage.gates)
+        .flat_map(|gate| &gate.samples)
+        .filter_map(|sample| sample.message.clone())
+        .collect();
+    assert!(
+        samples
+            .iter()
+            .any(|m| m.contains("3 series") && m.contains("limit of 2")),
+        "{samples:?}"
+    );
+}
+
+fn assert_nothing_written_outside_the_grant(t: &Tenancy) {
+    let allowed = |write: &str| {
+        let (region, name) = write.split_once(": ").expect("region: name");
+        let (namespace, config_map) = name.split_once('/').expect("namespace/name");
+        let target = config_map.trim_end_matches(".configrollout-state");
+        match namespace {
+            TENANT => target != "legacy",
+            "app" => region != "region-3" && target == "limits",
+            _ => false,
+        }
+    };
+    let writes = t.all_writes();
+    assert!(
+        !writes.is_empty(),
+        "the watches saw the tenant's own writes"
+    );
+    let outside: Vec<&String> = writes.iter().filter(|w| !allowed(w)).collect();
+    assert!(outside.is_empty(), "written outside the grant: {outside:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_stay_inside_their_grant() {
+    let t = set_up().await;
+    let controller = t.world.start_controller_with(
+        "controller-tenancy",
+        "127.0.0.1:0",
+        &["--prometheus-max-series", "2"],
+    );
+    an_empty_consumer_selector_is_refused(&t).await;
+    the_controller_refuses_escapes_on_its_own(&t).await;
+    a_region_with_an_exec_kubeconfig_is_refused(&t).await;
+    an_oversized_prometheus_answer_is_inconclusive(&t).await;
+    the_admission_policy_refuses_escapes(&t).await;
+    a_grant_opens_exactly_what_it_names(&t).await;
+    assert_nothing_written_outside_the_grant(&t);
+    controller.stop();
+}
