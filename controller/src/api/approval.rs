@@ -89,9 +89,22 @@ impl StageApprovalSpec {
         approver: &str,
         reason: Option<String>,
     ) -> Option<Self> {
-        let status = rollout.status.as_ref()?;
-        let revision = status.revision.as_deref()?;
-        let digest = status
+        let revision = rollout.status.as_ref()?.revision.as_deref()?;
+        Self::for_revision(rollout, revision, stage, approver, reason)
+    }
+
+    /// The approval of `stage` of `revision`, one of the revisions `rollout`'s status
+    /// keeps in its history (see [`Self::for_current_revision`]).
+    pub fn for_revision(
+        rollout: &super::ConfigRollout,
+        revision: &str,
+        stage: &str,
+        approver: &str,
+        reason: Option<String>,
+    ) -> Option<Self> {
+        let digest = rollout
+            .status
+            .as_ref()?
             .history
             .iter()
             .rev()

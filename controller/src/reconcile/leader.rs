@@ -359,6 +359,11 @@ impl Tenure {
 pub struct LeaderState {
     leading: watch::Receiver<bool>,
     reachable: watch::Receiver<bool>,
+    /// The renew deadline of the current tenure, shared with the elector: leadership
+    /// ends at that instant even if the elector has not run since (a process frozen
+    /// and resumed must not write on a flag its elector had no chance to clear). `None`:
+    /// no election, no deadline.
+    valid_until: Option<std::sync::Arc<std::sync::Mutex<Option<Instant>>>>,
     /// Senders kept alive for a state without an elector ([`LeaderState::always_leading`]).
     _fixed: Option<std::sync::Arc<(watch::Sender<bool>, watch::Sender<bool>)>>,
 }
@@ -372,6 +377,7 @@ impl LeaderState {
         LeaderState {
             leading,
             reachable,
+            valid_until: None,
             _fixed: Some(std::sync::Arc::new((leading_tx, reachable_tx))),
         }
     }
@@ -385,6 +391,7 @@ impl LeaderState {
         LeaderState {
             leading,
             reachable,
+            valid_until: None,
             _fixed: None,
         }
     }
@@ -392,7 +399,14 @@ impl LeaderState {
     /// Whether this process holds the Lease now. False once the elector is gone, whatever
     /// it last said.
     pub fn is_leading(&self) -> bool {
-        self.leading.has_changed().is_ok() && *self.leading.borrow()
+        let within_tenure = self.valid_until.as_ref().is_none_or(|valid_until| {
+            valid_until
+                .lock()
+                .ok()
+                .and_then(|until| *until)
+                .is_some_and(|until| Instant::now() < until)
+        });
+        self.leading.has_changed().is_ok() && *self.leading.borrow() && within_tenure
     }
 
     /// Whether the elector's last attempt reached the API server (leading or standing by
@@ -430,6 +444,7 @@ pub struct LeaderElector {
     sighting: Option<Sighting>,
     leading: watch::Sender<bool>,
     reachable: watch::Sender<bool>,
+    valid_until: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 /// What one attempt found.
@@ -447,18 +462,21 @@ impl LeaderElector {
         config.validate()?;
         let (leading, leading_rx) = watch::channel(false);
         let (reachable, reachable_rx) = watch::channel(false);
+        let valid_until = std::sync::Arc::new(std::sync::Mutex::new(None));
         let elector = LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             sighting: None,
             leading,
             reachable,
+            valid_until: valid_until.clone(),
         };
         Ok((
             elector,
             LeaderState {
                 leading: leading_rx,
                 reachable: reachable_rx,
+                valid_until: Some(valid_until),
                 _fixed: None,
             },
         ))
@@ -489,7 +507,9 @@ impl LeaderElector {
             };
             let next = match outcome {
                 Ok(Ok(Attempt::Leading)) => {
-                    tenure = Some(Tenure::renewed(sent));
+                    let renewed = Tenure::renewed(sent);
+                    tenure = Some(renewed);
+                    self.set_valid_until(Some(renewed.deadline(&config)));
                     self.reachable.send_replace(true);
                     self.set_leading(true);
                     sent + config.renew_interval
@@ -606,7 +626,16 @@ impl LeaderElector {
         Ok(())
     }
 
+    fn set_valid_until(&self, until: Option<Instant>) {
+        if let Ok(mut valid_until) = self.valid_until.lock() {
+            *valid_until = until;
+        }
+    }
+
     fn set_leading(&self, leading: bool) {
+        if !leading {
+            self.set_valid_until(None);
+        }
         let changed = self.leading.send_if_modified(|current| {
             let changed = *current != leading;
             *current = leading;
@@ -886,12 +915,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn leadership_ends_at_the_renew_deadline_even_if_the_elector_did_not_run() {
+        // A process frozen past its deadline resumes with the flag still set: the
+        // deadline alone must stop its writes.
+        let (_leading, leading_rx) = watch::channel(true);
+        let (_reachable, reachable_rx) = watch::channel(true);
+        let valid_until = std::sync::Arc::new(std::sync::Mutex::new(Some(
+            Instant::now() + Duration::from_secs(60),
+        )));
+        let state = LeaderState {
+            leading: leading_rx,
+            reachable: reachable_rx,
+            valid_until: Some(valid_until.clone()),
+            _fixed: None,
+        };
+        assert!(state.is_leading());
+        *valid_until.lock().unwrap() = Some(Instant::now() - Duration::from_millis(1));
+        assert!(!state.is_leading());
+        *valid_until.lock().unwrap() = None;
+        assert!(!state.is_leading());
+    }
+
+    #[tokio::test]
     async fn leader_state_lost_and_acquired_follow_the_channel() {
         let (leading, leading_rx) = watch::channel(false);
         let (_reachable, reachable_rx) = watch::channel(true);
         let state = LeaderState {
             leading: leading_rx,
             reachable: reachable_rx,
+            valid_until: None,
             _fixed: None,
         };
         assert!(!state.is_leading());
