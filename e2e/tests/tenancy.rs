@@ -298,6 +298,30 @@ async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy) {
     t.condition("own", "Complete").await;
 }
 
+/// Two rollouts may share a ConfigMap but not a key: the second one that declares a key
+/// the first manages is refused, naming both, and writes nothing.
+async fn a_key_has_one_managing_rollout(t: &Tenancy) {
+    let rival = rollout("own-rival", TENANT, "limits", EVERY_REGION)
+        .replace("data: {limit: \"10\"}", "data: {limit: \"20\"}");
+    t.create(&rival).await.expect("admitted");
+    let (reason, message) = t.condition("own-rival", "InvalidSpec").await;
+    assert_eq!(reason, "TargetRefused", "{message}");
+    assert!(message.contains("key(s) limit"), "{message}");
+    assert!(message.contains("ConfigRollout team-a/own"), "{message}");
+    for region in REGIONS {
+        let api: Api<ConfigMap> = Api::namespaced(t.world.region(region), TENANT);
+        let data = within("read the shared target", api.get("limits"))
+            .await
+            .data
+            .unwrap_or_default();
+        assert_eq!(
+            data.get("limit").map(String::as_str),
+            Some("10"),
+            "{region}"
+        );
+    }
+}
+
 /// An empty consumer selector would restart every workload of the namespace: the schema
 /// refuses it, whatever policies are installed.
 async fn an_empty_consumer_selector_is_refused(t: &Tenancy) {
@@ -530,6 +554,7 @@ async fn tenants_stay_inside_their_grant() {
     );
     an_empty_consumer_selector_is_refused(&t).await;
     the_controller_refuses_escapes_on_its_own(&t).await;
+    a_key_has_one_managing_rollout(&t).await;
     a_region_with_an_exec_kubeconfig_is_refused(&t).await;
     an_oversized_prometheus_answer_is_inconclusive(&t).await;
     the_admission_policy_refuses_escapes(&t).await;
