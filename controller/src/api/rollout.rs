@@ -131,6 +131,16 @@ pub struct ConfigRolloutSpec {
     pub revision_history_limit: i32,
 }
 
+impl ConfigRolloutSpec {
+    /// Whether some stage, or the contract step, waits for a StageApproval.
+    pub fn needs_approvals(&self) -> bool {
+        self.stages
+            .iter()
+            .any(|stage| stage.approval == Approval::Required)
+            || self.strategy.contract.approval == Approval::Required
+    }
+}
+
 fn default_revision_history_limit() -> i32 {
     10
 }

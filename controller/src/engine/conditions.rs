@@ -255,12 +255,7 @@ pub(super) fn refresh(step: &mut Step<'_>) {
 /// `AdmissionPolicies`, on rollouts that wait for approvals: whether the policies that
 /// make an approval's record truthful are installed and bound.
 fn admission_policies(step: &mut Step<'_>) {
-    let needs_approvals = step
-        .spec
-        .stages
-        .iter()
-        .any(|stage| stage.approval == crate::api::Approval::Required)
-        || step.spec.strategy.contract.approval == crate::api::Approval::Required;
+    let needs_approvals = step.spec.needs_approvals();
     let Some(missing) = step.obs.missing_policies.clone() else {
         return;
     };

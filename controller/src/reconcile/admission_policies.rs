@@ -50,58 +50,27 @@ impl PolicyCheck {
 
 async fn check(hub: &kube::Client) -> Vec<String> {
     let found = [
-        (
-            "ValidatingAdmissionPolicy",
-            present(
-                Api::<ValidatingAdmissionPolicy>::all(hub.clone()),
-                APPROVER_POLICY,
-            )
-            .await,
-        ),
-        (
-            "ValidatingAdmissionPolicyBinding",
-            present(
-                Api::<ValidatingAdmissionPolicyBinding>::all(hub.clone()),
-                APPROVER_POLICY,
-            )
-            .await,
-        ),
-        (
-            "MutatingAdmissionPolicy",
-            present(
-                Api::<MutatingAdmissionPolicy>::all(hub.clone()),
-                SPEC_AUTHOR_POLICY,
-            )
-            .await,
-        ),
-        (
-            "MutatingAdmissionPolicyBinding",
-            present(
-                Api::<MutatingAdmissionPolicyBinding>::all(hub.clone()),
-                SPEC_AUTHOR_POLICY,
-            )
-            .await,
-        ),
+        missing::<ValidatingAdmissionPolicy>(hub, APPROVER_POLICY).await,
+        missing::<ValidatingAdmissionPolicyBinding>(hub, APPROVER_POLICY).await,
+        missing::<MutatingAdmissionPolicy>(hub, SPEC_AUTHOR_POLICY).await,
+        missing::<MutatingAdmissionPolicyBinding>(hub, SPEC_AUTHOR_POLICY).await,
     ];
-    found
-        .into_iter()
-        .filter_map(|(kind, result)| match result {
-            Ok((true, _)) => None,
-            Ok((false, name)) => Some(format!("{kind} {name}")),
-            Err((name, why)) => Some(format!("{kind} {name} (cannot be read: {why})")),
-        })
-        .collect()
+    found.into_iter().flatten().collect()
 }
 
-async fn present<K>(
-    api: Api<K>,
-    name: &'static str,
-) -> Result<(bool, &'static str), (&'static str, String)>
+/// `<Kind> <name>` when the object is not there (or cannot be read, with why).
+async fn missing<K>(hub: &kube::Client, name: &str) -> Option<String>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
+    let api: Api<K> = Api::all(hub.clone());
+    let kind = K::kind(&());
     match api_call("read admission policy", api.get_opt(name)).await {
-        Ok(found) => Ok((found.is_some(), name)),
-        Err(error) => Err((name, error.to_string())),
+        Ok(Some(_)) => None,
+        Ok(None) => Some(format!("{kind} {name}")),
+        Err(error) => Some(format!("{kind} {name} (cannot be read: {error})")),
     }
 }

@@ -213,13 +213,7 @@ pub async fn reconcile(
         }
     }
     let target_refusals = target_refusals(&ctx.hub, &rollout, &grant, &observed).await?;
-    let needs_approvals = rollout
-        .spec
-        .stages
-        .iter()
-        .any(|stage| stage.approval == crate::api::Approval::Required)
-        || rollout.spec.strategy.contract.approval == crate::api::Approval::Required;
-    let missing_policies = if needs_approvals {
+    let missing_policies = if rollout.spec.needs_approvals() {
         Some(ctx.policies.missing(&ctx.hub).await)
     } else {
         None
