@@ -34,11 +34,19 @@ impl<'a> Wanted<'a> {
             .iter()
             .rev()
             .find(|record| record.name == revision)?;
+        // creationTimestamp has whole seconds: an approval made in the second the
+        // revision was declared counts.
+        let declared_at = from_time(&record.declared_at);
+        let declared_at = declared_at
+            .checked_sub_signed(chrono::TimeDelta::nanoseconds(i64::from(
+                declared_at.timestamp_subsec_nanos(),
+            )))
+            .unwrap_or(declared_at);
         Some(Wanted {
             stage,
             revision,
             digest: record.digest.as_deref()?,
-            declared_at: from_time(&record.declared_at),
+            declared_at,
         })
     }
 
