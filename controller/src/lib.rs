@@ -7,6 +7,7 @@
 pub mod api;
 pub mod api_call;
 pub mod app;
+pub mod cli;
 pub mod crdt;
 pub mod engine;
 pub mod gates;

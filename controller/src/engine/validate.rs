@@ -1,12 +1,13 @@
-//! What the schema's CEL rules cannot check: the condition grammar, query placeholders,
-//! duration semantics and selector operators. Any error here is reported as the
-//! `InvalidSpec` condition and the engine touches no region.
+//! What the schema's CEL rules cannot check: the condition grammar, query placeholders and
+//! PromQL syntax (every query rendered with sample values and parsed), duration semantics
+//! and selector operators. Any error here is reported as the `InvalidSpec` condition and
+//! the engine touches no region.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{ConfigRolloutSpec, Pause};
-use crate::gates::{Condition, check_template};
+use crate::gates::{Condition, TemplateValues, check_template, render};
 
 use super::clock::spec_duration;
 use super::selection::requirement_is_valid;
@@ -38,6 +39,8 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         }
         if let Err(error) = check_template(&gate.query) {
             report(field("query"), error.to_string());
+        } else if let Some(problem) = promql_problem(&gate.query) {
+            report(field("query"), problem);
         }
         match spec_duration(&gate.interval) {
             Some(interval) if interval > chrono::TimeDelta::zero() => {}
@@ -116,13 +119,14 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
                     .into(),
             );
         }
-        if let Some(query) = &consumer.activation_query
-            && let Err(error) = check_template(query)
-        {
-            report(
-                format!("spec.consumers[{index}].activationQuery"),
-                error.to_string(),
-            );
+        if let Some(query) = &consumer.activation_query {
+            let problem = match check_template(query) {
+                Err(error) => Some(error.to_string()),
+                Ok(()) => promql_problem(query),
+            };
+            if let Some(problem) = problem {
+                report(format!("spec.consumers[{index}].activationQuery"), problem);
+            }
         }
     }
 
@@ -135,4 +139,35 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         );
     }
     errors
+}
+
+/// Values a template is rendered with before it is parsed: the names the controller would
+/// substitute, escaped the same way.
+const SAMPLE_VALUES: TemplateValues<'static> = TemplateValues {
+    region: "region-1",
+    revision: "r1",
+    stage: "canary",
+};
+
+/// Why `query` (a well-formed template), rendered, is not a PromQL query whose result a
+/// gate can judge: unparsable, or a range vector or string rather than an instant vector
+/// or scalar. `None` when it is fine.
+fn promql_problem(query: &str) -> Option<String> {
+    use promql_parser::parser::parse;
+    use promql_parser::parser::value::ValueType;
+    let rendered = render(query, &SAMPLE_VALUES).ok()?;
+    match parse(&rendered) {
+        Err(error) => Some(format!("not valid PromQL: {error}")),
+        Ok(expression) => match expression.value_type() {
+            ValueType::Vector | ValueType::Scalar => None,
+            ValueType::Matrix => Some(
+                "is a range vector (such as `x[5m]`): a gate needs an instant vector or a \
+                 scalar, e.g. `rate(x[5m])`"
+                    .to_owned(),
+            ),
+            ValueType::String => {
+                Some("is a string: a gate needs an instant vector or a scalar".to_owned())
+            }
+        },
+    }
 }

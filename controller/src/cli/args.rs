@@ -1,0 +1,236 @@
+//! The plugin's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::api::parse_duration;
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|error| error.to_string())
+}
+
+/// Watch, approve and steer configrollout rollouts.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-configrollout",
+    bin_name = "kubectl configrollout",
+    version,
+    about = "Watch, approve and steer configrollout rollouts, as yourself, on your kubeconfig",
+    after_help = "Exit codes: `status` exits 0 Complete, 1 Halted/RolledBack/InvalidSpec, 2 on \
+                  --timeout, 3 when it cannot read the rollout; `lint` exits 1 when the file has \
+                  errors; other commands exit 1 on any error; a wrong command line exits 3."
+)]
+pub struct Cli {
+    /// Options every command takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes, as kubectl spells them.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then
+    /// in-cluster).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The namespace of the rollout (default: the context's namespace).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Bound on each API call, e.g. 20s.
+    #[arg(long, global = true, default_value = "20s", value_parser = duration, value_name = "DURATION")]
+    pub request_timeout: Duration,
+}
+
+/// How `get` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// The whole object as JSON.
+    Json,
+    /// The whole object as YAML.
+    Yaml,
+}
+
+/// The plugin's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Rollouts with phase, stage, revision, regions done/total and what each waits on.
+    List {
+        /// List rollouts of every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Keep listing as rollouts change.
+        #[arg(short = 'w', long)]
+        watch: bool,
+    },
+    /// One rollout as a tree: revision -> stage -> regions and gates, approvals, and what
+    /// it waits on.
+    Get {
+        /// The rollout.
+        name: String,
+        /// Redraw whenever the rollout changes (in place in a terminal, appended when
+        /// piped).
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// Print the object as JSON or YAML instead of the tree.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<OutputFormat>,
+    },
+    /// Wait for the rollout to end: exit 0 Complete, 1 Halted/RolledBack/InvalidSpec, 2
+    /// on timeout.
+    Status {
+        /// The rollout.
+        name: String,
+        /// How long to wait, e.g. 10m or 30s.
+        #[arg(long, default_value = "10m", value_parser = duration, value_name = "DURATION")]
+        timeout: Duration,
+    },
+    /// Approve the stage awaiting approval (or --stage), as yourself.
+    Approve {
+        /// The rollout.
+        name: String,
+        /// The stage to approve (`contract` for the contract step); default: the one
+        /// awaiting approval now.
+        #[arg(long, value_name = "STAGE")]
+        stage: Option<String>,
+        /// Why, kept in the approval record.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Abort the rollout: it halts where it is (annotation configrollout.dev/abort).
+    Abort {
+        /// The rollout.
+        name: String,
+    },
+    /// Resume a halted rollout (annotation configrollout.dev/retry).
+    Retry {
+        /// The rollout.
+        name: String,
+    },
+    /// Pause the rollout: nothing new starts (spec.paused: true).
+    Pause {
+        /// The rollout.
+        name: String,
+    },
+    /// Resume a paused rollout (spec.paused: false).
+    Resume {
+        /// The rollout.
+        name: String,
+    },
+    /// The revisions the rollout's status keeps: declared, digest, keys, outcome.
+    History {
+        /// The rollout.
+        name: String,
+    },
+    /// Check a ConfigRollout manifest offline with the controller's own validation.
+    Lint {
+        /// The YAML file (one or more documents).
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_options_go_anywhere() {
+        let cli = Cli::try_parse_from([
+            "kubectl-configrollout",
+            "approve",
+            "app",
+            "-n",
+            "team",
+            "--context",
+            "hub",
+            "--stage",
+            "prod",
+            "--request-timeout",
+            "5s",
+        ])
+        .expect("parses");
+        assert_eq!(cli.global.namespace.as_deref(), Some("team"));
+        assert_eq!(cli.global.context.as_deref(), Some("hub"));
+        assert_eq!(cli.global.request_timeout, Duration::from_secs(5));
+        match cli.command {
+            Command::Approve {
+                name,
+                stage,
+                reason,
+            } => {
+                assert_eq!(name, "app");
+                assert_eq!(stage.as_deref(), Some("prod"));
+                assert_eq!(reason, None);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn status_timeout_defaults_to_ten_minutes_and_parses_durations() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            match cli.command {
+                Command::Status { timeout, .. } => timeout,
+                other => panic!("parsed as {other:?}"),
+            }
+        };
+        assert_eq!(
+            parse(&["kubectl-configrollout", "status", "app"]),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            parse(&["kubectl-configrollout", "status", "app", "--timeout", "3s"]),
+            Duration::from_secs(3)
+        );
+        let error = Cli::try_parse_from([
+            "kubectl-configrollout",
+            "status",
+            "app",
+            "--timeout",
+            "soon",
+        ])
+        .expect_err("not a duration");
+        assert!(error.to_string().contains("--timeout"), "{error}");
+    }
+
+    #[test]
+    fn list_takes_all_namespaces_and_get_takes_an_output_format() {
+        let cli = Cli::try_parse_from(["kubectl-configrollout", "list", "-A"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::List {
+                all_namespaces: true,
+                watch: false
+            }
+        ));
+        let cli = Cli::try_parse_from(["kubectl-configrollout", "get", "app", "-o", "yaml"])
+            .expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Get {
+                output: Some(OutputFormat::Yaml),
+                watch: false,
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kubectl-configrollout", "get", "app", "-o", "wide"]).is_err()
+        );
+    }
+}
