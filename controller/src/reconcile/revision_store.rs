@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +66,7 @@ impl RevisionStore {
         Ok(revisions)
     }
 
-    /// Stores `revision`, replacing an object of the same name: a revision declared again
+    /// Stores `revision`, in place of an object of the same name: a revision declared again
     /// after a crash (the status never recorded the first declaration) gets the new stamp.
     pub async fn save(
         &self,
@@ -89,7 +89,7 @@ impl RevisionStore {
             what: "revision",
             reason: source.to_string(),
         })?;
-        let mut object = ControllerRevision {
+        let object = ControllerRevision {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: rollout.namespace(),
@@ -107,19 +107,20 @@ impl RevisionStore {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.to_owned()),
         };
-        match api_call("read revision", self.api.get_opt(&name)).await? {
-            Some(existing) => {
-                object.metadata.resource_version = existing.metadata.resource_version;
-                api_call(
-                    "replace revision",
-                    self.api.replace(&name, &params, &object),
-                )
-                .await?;
-            }
-            None => {
-                api_call("create revision", self.api.create(&params, &object)).await?;
-            }
+        // A ControllerRevision's data is immutable: one left by a declaration the status
+        // never recorded (a crash, or a status write refused as stale) is deleted, exactly
+        // that object, and the revision created again with its new stamp.
+        if let Some(existing) = api_call("read revision", self.api.get_opt(&name)).await? {
+            let delete = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: existing.metadata.resource_version,
+                    uid: existing.metadata.uid,
+                }),
+                ..DeleteParams::default()
+            };
+            api_call("delete stale revision", self.api.delete(&name, &delete)).await?;
         }
+        api_call("create revision", self.api.create(&params, &object)).await?;
         Ok(())
     }
 
