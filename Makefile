@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds crdcheck labcheck lab lab-bench demo controller-bench
+.PHONY: test deps lint unit crds crdcheck labcheck lab lab-bench demo controller-bench krew
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -51,3 +51,8 @@ demo: deps
 controller-bench: deps
 	$(CARGO) build --locked --release -p configrollout-e2e --bins
 	$(CARGO) run --locked --release -p configrollout-e2e --bin controller-bench -- $(CONTROLLER_BENCH_ARGS)
+
+# The kubectl plugin's release archive and krew manifest (plugins/krew/), in target/krew/.
+# RELEASE_URL is where the archive will be published: make krew RELEASE_URL=https://...
+krew:
+	RELEASE_URL="$(RELEASE_URL)" bash plugins/krew/package.sh

@@ -1,7 +1,10 @@
 //! `kubectl configrollout` on the lab, run as the lab's real users with their own
 //! kubeconfigs: approving as `approver-alice`, refused as `viewer`, `status` exit codes
-//! for Complete, Halted and a timeout, and the `get` tree as it changes. One lab for the
-//! whole binary; each scenario on its own rollout and target.
+//! for Complete, Halted and a timeout, the `get` tree as it changes (piped, and in a real
+//! terminal through tmux), `diff` between revisions and against a region (values only
+//! when asked, and only for whoever may read the revisions), and `override` in one region,
+//! which status reports and a later revision wins over. One lab for the whole binary;
+//! each scenario on its own rollout and target.
 
 use std::process::Output;
 use std::sync::{Arc, Mutex};
@@ -9,7 +12,9 @@ use std::time::Duration;
 
 use configrollout::api::ConfigRollout;
 use configrollout_e2e::{HUB, LabOptions, User};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use tokio::io::AsyncReadExt;
 
 mod support;
@@ -115,6 +120,81 @@ impl Watching {
     }
 }
 
+/// A plugin command running in a real pseudo-terminal: a detached tmux session on a
+/// private tmux server (its own socket), whose screen `capture` reads. Dropping it kills
+/// that server, so a failing test leaves no session behind.
+struct Terminal {
+    socket: std::path::PathBuf,
+}
+
+impl Terminal {
+    fn start(world: &World, user: User, args: &[&str]) -> Terminal {
+        let kubeconfig = world.lab.kubeconfig(HUB, user).expect("kubeconfig");
+        let socket =
+            std::env::temp_dir().join(format!("configrollout-plugin-test-{}", std::process::id()));
+        let quote = |word: &str| format!("'{}'", word.replace('\'', "'\\''"));
+        let mut command = format!(
+            "KUBECONFIG={} {}",
+            quote(kubeconfig.to_str().expect("UTF-8 path")),
+            quote(PLUGIN)
+        );
+        for arg in args.iter().chain(&["-n", TEAM]) {
+            command.push(' ');
+            command.push_str(&quote(arg));
+        }
+        // Keep the pane after the plugin ends, with its exit code, so a failure shows.
+        command.push_str("; echo \"plugin exited $?\"; sleep 600");
+        let terminal = Terminal { socket };
+        let status = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&terminal.socket)
+            .args(["-f", "/dev/null"])
+            .args(["new-session", "-d", "-s", "plugin", "-x", "200", "-y", "50"])
+            .arg(&command)
+            .env_remove("TMUX")
+            .status()
+            .expect("tmux runs (scripts/install-deps installs it)");
+        assert!(status.success(), "tmux new-session: {status}");
+        terminal
+    }
+
+    /// What the terminal shows now.
+    fn capture(&self) -> String {
+        let output = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(["capture-pane", "-p", "-t", "plugin"])
+            .output()
+            .expect("tmux capture-pane");
+        assert!(output.status.success(), "tmux capture-pane: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until the screen shows `text`, and returns the screen.
+    async fn wait_for(&self, text: &str) -> String {
+        eventually(
+            &format!("the terminal shows {text:?}"),
+            PROGRESS,
+            || async {
+                let screen = self.capture();
+                screen.contains(text).then_some(screen)
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .status();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
 fn text(output: &Output) -> (Option<i32>, String, String) {
     (
         output.status.code(),
@@ -197,6 +277,13 @@ async fn approve_with_the_plugin(world: &World) {
     let list = Watching::start(world, &["list", "-w"]);
     get.wait_for("  phase:      AwaitingApproval").await;
     list.wait_for("AwaitingApproval").await;
+    // And in a real terminal, where each view replaces the last.
+    let terminal = Terminal::start(world, User::Viewer, &["get", "plugged", "-w"]);
+    let before = terminal.wait_for("  phase:      AwaitingApproval").await;
+    assert!(
+        before.contains("└─ stage prod: AwaitingApproval"),
+        "the tree on screen:\n{before}"
+    );
 
     let (code, stdout, stderr) = text(
         &plugin(
@@ -247,6 +334,29 @@ async fn approve_with_the_plugin(world: &World) {
             "{region} holds the revision after the approval"
         );
     }
+
+    // The terminal now shows the completed rollout, in place of the waiting one: one
+    // view on the screen, not a log of them.
+    let after = terminal.wait_for("  phase:      Complete").await;
+    assert!(
+        !after.contains("AwaitingApproval"),
+        "redrawn in place:\n{after}"
+    );
+    assert_eq!(
+        after.matches("ConfigRollout team/plugged").count(),
+        1,
+        "one view on the screen:\n{after}"
+    );
+    assert!(
+        after.contains("approval: approved by approver-alice"),
+        "{after}"
+    );
+    assert!(
+        after.starts_with("ConfigRollout team/plugged"),
+        "drawn from the top:\n{after}"
+    );
+    assert!(!after.contains(VALUE), "no configuration value:\n{after}");
+    drop(terminal);
 
     // The watches saw the rollout wait, then complete, appended without escape codes.
     get.wait_for("  phase:      Complete").await;
@@ -463,6 +573,347 @@ async fn a_query_typo_is_caught_before_any_region(world: &World) {
     }
 }
 
+/// A rollout to every region at once, with no approval: it completes on its own.
+fn open_rollout_yaml(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata:
+  name: {name}
+  namespace: {TEAM}
+spec:
+  target: {{namespace: {APP}, name: {name}}}
+  data:
+    timeout_ms: "{VALUE}"
+    mode: "{MODE}"
+  stages:
+    - name: all
+      regions: {{names: [region-1, region-2, region-3]}}
+      maxParallel: 3
+"#
+    )
+}
+
+/// A second and third value, as distinctive as the first.
+const MODE: &str = "s3cr3t-mode-strict";
+const VALUE_2: &str = "s3cr3t-timeout-400";
+const EMERGENCY: &str = "s3cr3t-timeout-emergency-9000";
+const VALUE_3: &str = "s3cr3t-timeout-500";
+
+/// Merges `data` into the rollout's `spec.data` (a null value removes the key): a new
+/// revision.
+async fn change_data(world: &World, name: &str, data: serde_json::Value) {
+    let patch = serde_json::json!({ "spec": { "data": data } });
+    within(
+        "change the rollout's data",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+}
+
+/// Waits until the rollout's status names `revision` and it is Complete.
+async fn wait_complete(world: &World, name: &str, revision: &str) -> ConfigRollout {
+    eventually(
+        &format!("{name}: {revision} Complete"),
+        PROGRESS,
+        || async {
+            let rollout = world.rollout(name).await;
+            let current = rollout.status.as_ref()?.revision.as_deref() == Some(revision);
+            (current && condition_true(&rollout, "Complete")).then_some(rollout)
+        },
+    )
+    .await
+}
+
+/// `diff` between revisions: key names always, values only with `--show-values` and only
+/// for a caller RBAC lets read the revisions; `override` in one region as the caller, which
+/// the rollout's status then reports, and which the next declared revision wins over.
+async fn diff_and_override(world: &World) {
+    let name = "diverted";
+    world.create_rollout(&open_rollout_yaml(name)).await;
+    wait_complete(world, name, "r1").await;
+    change_data(
+        world,
+        name,
+        serde_json::json!({ "timeout_ms": VALUE_2, "mode": null, "banner": "on" }),
+    )
+    .await;
+    wait_complete(world, name, "r2").await;
+
+    // The viewer reads rollouts but not ControllerRevisions: refused, clearly, no value.
+    for args in [
+        &["diff", name][..],
+        &["diff", name, "r1", "r2", "--show-values"][..],
+    ] {
+        let (code, stdout, stderr) = text(&plugin(world, User::Viewer, args, CALL).await);
+        assert_eq!(code, Some(1), "viewer {args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("you may not read the revisions of configrollout team/diverted"),
+            "a clear refusal: {stderr}"
+        );
+        for value in [VALUE, VALUE_2, MODE] {
+            assert!(
+                !stdout.contains(value) && !stderr.contains(value),
+                "{stdout}{stderr}"
+            );
+        }
+    }
+
+    // The admin may: names and masks by default, values only when asked.
+    let (code, masked, stderr) = text(&plugin(world, User::Admin, &["diff", name], CALL).await);
+    assert_eq!(code, Some(0), "diff: {stderr}");
+    assert_eq!(
+        masked,
+        "\
+--- team/diverted r1
++++ team/diverted r2
++ banner = ***
+- mode (was ***)
+~ timeout_ms: *** -> ***
+1 added, 1 changed, 1 removed (values masked; --show-values to see them)
+"
+    );
+    let (code, shown, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &["diff", name, "r1", "r2", "--show-values"],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "diff --show-values: {stderr}");
+    assert!(
+        shown.contains(&format!("~ timeout_ms: \"{VALUE}\" -> \"{VALUE_2}\"")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("- mode (was \"{MODE}\")")),
+        "{shown}"
+    );
+    let (code, _, stderr) = text(&plugin(world, User::Admin, &["diff", name, "r7"], CALL).await);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("keeps no revision r7 (kept: r1, r2)"),
+        "{stderr}"
+    );
+
+    // An emergency override in region-2, as the region's admin, with a reason.
+    let region_kubeconfig = world
+        .lab
+        .kubeconfig("region-2", User::Admin)
+        .expect("region-2 kubeconfig");
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &[
+                "override",
+                name,
+                "--region",
+                "region-2",
+                "--region-kubeconfig",
+                region_kubeconfig.to_str().expect("UTF-8 path"),
+                &format!("timeout_ms={EMERGENCY}"),
+                "--reason",
+                "region-2 database is slow",
+            ],
+            CALL * 3,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "override: {stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "override written in region region-2 to configmap app/diverted as override:admin: \
+             timeout_ms set"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("keys overridden there now: timeout_ms"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("reason recorded as configrollout.dev/override-reason: admin at "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(EMERGENCY), "no value printed: {stdout}");
+    let target: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
+    let recorded = within("read the overridden target", target.get(name))
+        .await
+        .annotations()
+        .get("configrollout.dev/override-reason")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        recorded.starts_with("admin at ") && recorded.ends_with(": region-2 database is slow"),
+        "the reason is kept on the target: {recorded}"
+    );
+    let held = world.target_data("region-2", name).await.expect("target");
+    assert_eq!(held.get("timeout_ms").map(String::as_str), Some(EMERGENCY));
+    assert_eq!(held.get("banner").map(String::as_str), Some("on"));
+    for region in ["region-1", "region-3"] {
+        assert_eq!(
+            world
+                .target_data(region, name)
+                .await
+                .and_then(|data| data.get("timeout_ms").cloned())
+                .as_deref(),
+            Some(VALUE_2),
+            "{region} untouched"
+        );
+    }
+
+    // The rollout's status reports the override (names only) once the controller looks.
+    eventually("status lists the overridden key", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let region = region_status(&rollout, "region-2")?;
+        (region.overridden_keys == vec!["timeout_ms".to_owned()]).then_some(())
+    })
+    .await;
+    // The override still holds: r2, declared before it, does not clobber it.
+    assert_eq!(
+        world
+            .target_data("region-2", name)
+            .await
+            .and_then(|data| data.get("timeout_ms").cloned())
+            .as_deref(),
+        Some(EMERGENCY)
+    );
+
+    // `diff --region` shows where a region's target departs from the current revision.
+    let region_1_kubeconfig = world
+        .lab
+        .kubeconfig("region-1", User::Admin)
+        .expect("region-1 kubeconfig");
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &[
+                "diff",
+                name,
+                "--region",
+                "region-2",
+                "--region-kubeconfig",
+                region_kubeconfig.to_str().expect("UTF-8 path"),
+            ],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "diff --region: {stderr}");
+    assert_eq!(
+        stdout,
+        "\
+--- team/diverted r2
++++ region region-2 configmap app/diverted
+~ timeout_ms: *** -> ***
+0 added, 1 changed, 0 removed (values masked; --show-values to see them)
+"
+    );
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &[
+                "diff",
+                name,
+                "--region",
+                "region-2",
+                "--region-kubeconfig",
+                region_kubeconfig.to_str().expect("UTF-8 path"),
+                "--show-values",
+            ],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "diff --region --show-values: {stderr}");
+    assert!(
+        stdout.contains(&format!("~ timeout_ms: \"{VALUE_2}\" -> \"{EMERGENCY}\"")),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &[
+                "diff",
+                name,
+                "--region",
+                "region-1",
+                "--region-kubeconfig",
+                region_1_kubeconfig.to_str().expect("UTF-8 path"),
+            ],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "diff --region region-1: {stderr}");
+    assert!(
+        stdout.ends_with("\n0 added, 0 changed, 0 removed\n"),
+        "region-1 holds r2: {stdout}"
+    );
+
+    // A revision declared after the override wins over it.
+    change_data(world, name, serde_json::json!({ "timeout_ms": VALUE_3 })).await;
+    let done = wait_complete(world, name, "r3").await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world
+                .target_data(region, name)
+                .await
+                .and_then(|data| data.get("timeout_ms").cloned())
+                .as_deref(),
+            Some(VALUE_3),
+            "{region} holds r3"
+        );
+    }
+    let region_2 = region_status(&done, "region-2").expect("region-2 in status");
+    assert!(region_2.overridden_keys.is_empty(), "{region_2:?}");
+
+    // Someone who may not write in the region is refused there, nothing written.
+    let viewer_region = world
+        .lab
+        .kubeconfig("region-2", User::Viewer)
+        .expect("region-2 viewer kubeconfig");
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Admin,
+            &[
+                "override",
+                name,
+                "--region",
+                "region-2",
+                "--region-kubeconfig",
+                viewer_region.to_str().expect("UTF-8 path"),
+                "timeout_ms=1",
+            ],
+            CALL * 3,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(1), "viewer override: {stdout}{stderr}");
+    assert!(
+        stderr.contains("writing the override in region region-2 as viewer: "),
+        "{stderr}"
+    );
+    assert_eq!(
+        world
+            .target_data("region-2", name)
+            .await
+            .and_then(|data| data.get("timeout_ms").cloned())
+            .as_deref(),
+        Some(VALUE_3)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_the_lab() {
     let world = World::start(LabOptions::default()).await;
@@ -470,5 +921,6 @@ async fn the_plugin_on_the_lab() {
     approve_with_the_plugin(&world).await;
     pause_resume_and_abort(&world).await;
     a_query_typo_is_caught_before_any_region(&world).await;
+    diff_and_override(&world).await;
     controller.stop();
 }

@@ -11,6 +11,20 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|error| error.to_string())
 }
 
+/// `KEY=VALUE` (set) or `KEY-` (remove).
+fn key_change(text: &str) -> Result<(String, Option<String>), String> {
+    if let Some((key, value)) = text.split_once('=') {
+        if key.is_empty() {
+            return Err("KEY=VALUE needs a key".to_owned());
+        }
+        return Ok((key.to_owned(), Some(value.to_owned())));
+    }
+    match text.strip_suffix('-') {
+        Some(key) if !key.is_empty() => Ok((key.to_owned(), None)),
+        _ => Err(format!("{text:?} is neither KEY=VALUE nor KEY-")),
+    }
+}
+
 /// Watch, approve and steer configrollout rollouts.
 #[derive(Debug, Parser)]
 #[command(
@@ -129,6 +143,75 @@ pub enum Command {
         /// The rollout.
         name: String,
     },
+    /// Keys added, changed and removed between two revisions (default: the current
+    /// revision and the one before it; one revision given: from it to the current one),
+    /// or, with --region, between a revision (default: the current one) and what the
+    /// region's target holds. Values are masked unless --show-values.
+    #[command(
+        after_help = "The revisions are read from the hub's ControllerRevisions with your own \
+                      credentials: whoever may not read them (RBAC) is told so, and no value is \
+                      printed without --show-values. With --region, the region's target \
+                      ConfigMap is read with --region-kubeconfig, and only the keys the \
+                      rollout's kept revisions declare are compared (a ConfigMap can be shared)."
+    )]
+    Diff {
+        /// The rollout.
+        name: String,
+        /// The revision to diff from, e.g. r1 (with --region: the revision compared with
+        /// the region; default: the current one).
+        from: Option<String>,
+        /// The revision to diff to, e.g. r2 (default: the current revision).
+        #[arg(conflicts_with = "region")]
+        to: Option<String>,
+        /// Print the values instead of masking them as ***.
+        #[arg(long)]
+        show_values: bool,
+        /// Diff the revision against what this region holds.
+        #[arg(long, value_name = "REGION", requires = "region_kubeconfig")]
+        region: Option<String>,
+        /// Kubeconfig of the region's cluster, with your credentials there (with --region).
+        #[arg(long, value_name = "FILE", requires = "region")]
+        region_kubeconfig: Option<PathBuf>,
+        /// The context of --region-kubeconfig to use (default: its current context).
+        #[arg(long, value_name = "NAME", requires = "region")]
+        region_context: Option<String>,
+    },
+    /// Write an emergency override into one region, as yourself: KEY=VALUE sets a key,
+    /// KEY- removes it. A revision declared later wins over it; an older one does not.
+    #[command(
+        after_help = "The override is written with your region kubeconfig (--region-kubeconfig, \
+                      --region-context) under the writer override:<your user name in the region>. \
+                      The hub kubeconfig must be allowed to read the rollout and the controller's \
+                      digest key Secret (--digest-key-secret). --reason is recorded, with \
+                      your user name and the time, in the target's annotation \
+                      configrollout.dev/override-reason."
+    )]
+    Override {
+        /// The rollout whose target is overridden.
+        name: String,
+        /// The region to write in.
+        #[arg(long, value_name = "REGION")]
+        region: String,
+        /// KEY=VALUE to set a key, KEY- to remove it.
+        #[arg(required = true, value_name = "KEY=VALUE", value_parser = key_change)]
+        changes: Vec<(String, Option<String>)>,
+        /// Why (printed with the result; not stored in the region).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Kubeconfig of the region's cluster, with your credentials there.
+        #[arg(long, value_name = "FILE")]
+        region_kubeconfig: PathBuf,
+        /// The context of --region-kubeconfig to use (default: its current context).
+        #[arg(long, value_name = "NAME")]
+        region_context: Option<String>,
+        /// The controller's digest key Secret in the hub, as NAMESPACE/NAME.
+        #[arg(
+            long,
+            default_value = "configrollout-system/configrollout-digest-key",
+            value_name = "NAMESPACE/NAME"
+        )]
+        digest_key_secret: String,
+    },
     /// Check a ConfigRollout manifest offline with the controller's own validation.
     Lint {
         /// The YAML file (one or more documents).
@@ -207,6 +290,59 @@ mod tests {
         ])
         .expect_err("not a duration");
         assert!(error.to_string().contains("--timeout"), "{error}");
+    }
+
+    #[test]
+    fn diff_and_override_parse() {
+        let cli =
+            Cli::try_parse_from(["kubectl-configrollout", "diff", "app", "r1"]).expect("parses");
+        assert!(matches!(
+            cli.command,
+            Command::Diff { ref from, to: None, show_values: false, .. } if from.as_deref() == Some("r1")
+        ));
+        let cli = Cli::try_parse_from([
+            "kubectl-configrollout",
+            "override",
+            "app",
+            "--region",
+            "region-2",
+            "--region-kubeconfig",
+            "/tmp/k",
+            "limit=9=9",
+            "old-",
+        ])
+        .expect("parses");
+        match cli.command {
+            Command::Override {
+                region, changes, ..
+            } => {
+                assert_eq!(region, "region-2");
+                assert_eq!(
+                    changes,
+                    vec![
+                        ("limit".to_owned(), Some("9=9".to_owned())),
+                        ("old".to_owned(), None)
+                    ]
+                );
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        for bad in ["limit", "=1", "-"] {
+            assert!(
+                Cli::try_parse_from([
+                    "kubectl-configrollout",
+                    "override",
+                    "app",
+                    "--region",
+                    "r",
+                    "--region-kubeconfig",
+                    "/tmp/k",
+                    bad,
+                ])
+                .is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

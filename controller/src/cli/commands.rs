@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::{SecondsFormat, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -20,8 +21,17 @@ use super::args::{Cli, Command, GlobalArgs, OutputFormat};
 use super::render::{self, Outcome};
 use super::{CliError, EXIT_COMPLETE, EXIT_FAILED, EXIT_TIMEOUT};
 use crate::api::{ConfigRollout, RolloutPhase, StageApproval, StageApprovalSpec, conditions};
+use crate::crdt::{DigestKey, Stamp, WriterId};
 use crate::engine::validate;
+use crate::reconcile::ReconcileError;
 use crate::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
+use crate::reconcile::revision_store::RevisionStore;
+use crate::regions::overrides::write_override;
+use crate::regions::publication::RevisionState;
+/// Annotation on a region's target: who made the last override, when, and why.
+pub const OVERRIDE_REASON_ANNOTATION: &str = "configrollout.dev/override-reason";
+/// Longest override reason recorded.
+const MAX_OVERRIDE_REASON: usize = 512;
 
 /// How often `status` reads the rollout.
 const STATUS_POLL: Duration = Duration::from_secs(2);
@@ -55,12 +65,62 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Retry { name } => hub().await?.control(&name, RETRY_ANNOTATION).await,
         Command::Pause { name } => hub().await?.pause(&name, true).await,
         Command::Resume { name } => hub().await?.pause(&name, false).await,
+        Command::Diff {
+            name,
+            from,
+            to,
+            show_values,
+            region,
+            region_kubeconfig,
+            region_context,
+        } => {
+            let region = region
+                .zip(region_kubeconfig)
+                .map(|(region, kubeconfig)| RegionAccess {
+                    region,
+                    kubeconfig,
+                    context: region_context,
+                });
+            hub()
+                .await?
+                .diff(&name, from, to, show_values, region)
+                .await
+        }
+        Command::Override {
+            name,
+            region,
+            changes,
+            reason,
+            region_kubeconfig,
+            region_context,
+            digest_key_secret,
+        } => {
+            hub()
+                .await?
+                .override_keys(
+                    &name,
+                    &region,
+                    changes,
+                    reason,
+                    &region_kubeconfig,
+                    region_context,
+                    &digest_key_secret,
+                )
+                .await
+        }
         Command::History { name } => {
             let rollout = hub().await?.rollout(&name).await?;
             print!("{}", render::render_history(&rollout));
             Ok(EXIT_COMPLETE)
         }
     }
+}
+
+/// A region as the caller reaches it: its name and the caller's kubeconfig there.
+struct RegionAccess {
+    region: String,
+    kubeconfig: std::path::PathBuf,
+    context: Option<String>,
 }
 
 fn api_error(what: &str, error: kube::Error) -> CliError {
@@ -78,6 +138,32 @@ fn api_error(what: &str, error: kube::Error) -> CliError {
     }
 }
 
+/// A client configuration from `kubeconfig` (or the usual places) and `context`.
+async fn load_config(
+    kubeconfig: Option<&Path>,
+    context: Option<String>,
+) -> Result<Config, CliError> {
+    let options = KubeConfigOptions {
+        context,
+        ..KubeConfigOptions::default()
+    };
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| CliError::Config(e.to_string()))
+        }
+        None if options.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| CliError::Config(e.to_string())),
+        None => Config::infer()
+            .await
+            .map_err(|e| CliError::Config(e.to_string())),
+    }
+}
+
 /// The hub as the caller sees it: a client on their kubeconfig and the namespace.
 struct Hub {
     client: Client,
@@ -87,25 +173,7 @@ struct Hub {
 
 impl Hub {
     async fn connect(global: &GlobalArgs) -> Result<Hub, CliError> {
-        let options = KubeConfigOptions {
-            context: global.context.clone(),
-            ..KubeConfigOptions::default()
-        };
-        let config = match &global.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?;
-                Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(|e| CliError::Config(e.to_string()))?
-            }
-            None if global.context.is_some() => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| CliError::Config(e.to_string()))?,
-            None => Config::infer()
-                .await
-                .map_err(|e| CliError::Config(e.to_string()))?,
-        };
+        let config = load_config(global.kubeconfig.as_deref(), global.context.clone()).await?;
         let namespace = global
             .namespace
             .clone()
@@ -269,13 +337,18 @@ impl Hub {
         }
     }
 
-    /// The caller's user name, as the API server authenticates them.
+    /// The caller's user name, as the hub authenticates them.
     async fn whoami(&self) -> Result<String, CliError> {
-        let api: Api<SelfSubjectReview> = Api::all(self.client.clone());
+        self.whoami_on(&self.client, "the API server").await
+    }
+
+    /// The caller's user name, as the API server `client` reaches authenticates them.
+    async fn whoami_on(&self, client: &Client, server: &str) -> Result<String, CliError> {
+        let api: Api<SelfSubjectReview> = Api::all(client.clone());
         let review = SelfSubjectReview::default();
         let answer = self
             .call(
-                "asking the API server who you are (SelfSubjectReview)",
+                &format!("asking {server} who you are (SelfSubjectReview)"),
                 api.create(&PostParams::default(), &review),
             )
             .await?;
@@ -285,11 +358,293 @@ impl Hub {
             .and_then(|user| user.username)
             .filter(|name| !name.is_empty())
             .ok_or_else(|| {
-                CliError::Message(
-                    "the API server's SelfSubjectReview names no user: cannot approve anonymously"
-                        .to_owned(),
-                )
+                CliError::Message(format!(
+                    "{server}'s SelfSubjectReview names no user: cannot act anonymously"
+                ))
             })
+    }
+
+    /// `diff`: the keys two stored revisions differ in, read with the caller's RBAC.
+    async fn diff(
+        &self,
+        name: &str,
+        from: Option<String>,
+        to: Option<String>,
+        show_values: bool,
+        region: Option<RegionAccess>,
+    ) -> Result<u8, CliError> {
+        let rollout = self.rollout(name).await?;
+        let store = RevisionStore::new(self.client.clone(), &self.namespace);
+        let revisions = match tokio::time::timeout(self.timeout, store.load(&rollout)).await {
+            Err(_) => {
+                return Err(CliError::Timeout {
+                    what: "reading the revisions (ControllerRevisions)".to_owned(),
+                    after: self.timeout,
+                });
+            }
+            Ok(Err(ReconcileError::Call(error))) if error.code() == Some(403) => {
+                return Err(CliError::Message(format!(
+                    "you may not read the revisions of configrollout {}/{name}: reading \
+                     controllerrevisions (apps) in namespace {} is forbidden to you; \
+                     ask for get/list on controllerrevisions there. No value was printed.",
+                    self.namespace, self.namespace
+                )));
+            }
+            Ok(Err(error)) => {
+                return Err(CliError::Message(format!(
+                    "reading the revisions of configrollout {}/{name}: {error}",
+                    self.namespace
+                )));
+            }
+            Ok(Ok(revisions)) => revisions,
+        };
+        let number = |revision: &str| -> Option<u64> {
+            revision.strip_prefix('r').unwrap_or(revision).parse().ok()
+        };
+        let canonical = |revision: String| -> Result<String, CliError> {
+            number(&revision).map(|n| format!("r{n}")).ok_or_else(|| {
+                CliError::Message(format!("{revision:?} is not a revision (r1, r2, ...)"))
+            })
+        };
+        let current = rollout
+            .status
+            .as_ref()
+            .and_then(|status| status.revision.clone())
+            .or_else(|| revisions.keys().max_by_key(|r| number(r)).cloned())
+            .ok_or_else(|| {
+                CliError::Message(format!(
+                    "configrollout {}/{name} has no revision yet: nothing to diff",
+                    self.namespace
+                ))
+            })?;
+        let state = |revision: &str| -> Result<BTreeMap<String, String>, CliError> {
+            revisions
+                .get(revision)
+                .map(RevisionState::desired)
+                .ok_or_else(|| {
+                    CliError::Message(format!(
+                        "configrollout {}/{name} keeps no revision {revision} (kept: {})",
+                        self.namespace,
+                        {
+                            let mut kept: Vec<&String> = revisions.keys().collect();
+                            kept.sort_by_key(|r| number(r));
+                            kept.into_iter().cloned().collect::<Vec<_>>().join(", ")
+                        }
+                    ))
+                })
+        };
+        if let Some(region) = region {
+            let revision = match from {
+                Some(from) => canonical(from)?,
+                None => current,
+            };
+            let declared = state(&revision)?;
+            // Only the keys this rollout declares: others may share the ConfigMap.
+            let managed: std::collections::BTreeSet<String> = revisions
+                .values()
+                .flat_map(|revision| revision.desired().into_keys())
+                .collect();
+            let target = &rollout.spec.target;
+            let config = load_config(Some(&region.kubeconfig), region.context).await?;
+            let client = Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
+            let configmaps: Api<ConfigMap> = Api::namespaced(client, &target.namespace);
+            let what = format!(
+                "reading configmap {}/{} in region {}",
+                target.namespace, target.name, region.region
+            );
+            let held = match self.call(&what, configmaps.get_opt(&target.name)).await {
+                Err(CliError::Api { code: 403, .. }) => {
+                    return Err(CliError::Message(format!(
+                        "you may not read configmap {}/{} in region {} with that kubeconfig. \
+                         No value was printed.",
+                        target.namespace, target.name, region.region
+                    )));
+                }
+                other => other?,
+            };
+            let held: BTreeMap<String, String> = held
+                .and_then(|configmap| configmap.data)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(key, _)| managed.contains(key))
+                .collect();
+            let changes = render::diff_keys(&declared, &held);
+            print!(
+                "{}",
+                render::render_diff(
+                    &format!("{}/{name} {revision}", self.namespace),
+                    &format!(
+                        "region {} configmap {}/{}",
+                        region.region, target.namespace, target.name
+                    ),
+                    &changes,
+                    show_values
+                )
+            );
+            return Ok(EXIT_COMPLETE);
+        }
+        let (from, to) = match (from, to) {
+            (Some(from), Some(to)) => (Some(canonical(from)?), canonical(to)?),
+            (Some(from), None) => (Some(canonical(from)?), current),
+            (None, _) => {
+                // The current revision against the one declared before it, if any.
+                let to = current;
+                let before = number(&to)
+                    .filter(|n| *n > 1)
+                    .map(|n| format!("r{}", n - 1));
+                (before, to)
+            }
+        };
+        let (from_label, from_keys) = match &from {
+            Some(from) => (format!("{}/{name} {from}", self.namespace), state(from)?),
+            None => ("(no earlier revision)".to_owned(), BTreeMap::new()),
+        };
+        let to_keys = state(&to)?;
+        let changes = render::diff_keys(&from_keys, &to_keys);
+        print!(
+            "{}",
+            render::render_diff(
+                &from_label,
+                &format!("{}/{name} {to}", self.namespace),
+                &changes,
+                show_values
+            )
+        );
+        Ok(EXIT_COMPLETE)
+    }
+
+    /// `override`: the regional emergency override, written as the caller in the region.
+    #[allow(clippy::too_many_arguments)]
+    async fn override_keys(
+        &self,
+        name: &str,
+        region: &str,
+        changes: Vec<(String, Option<String>)>,
+        reason: Option<String>,
+        region_kubeconfig: &Path,
+        region_context: Option<String>,
+        digest_key_secret: &str,
+    ) -> Result<u8, CliError> {
+        let rollout = self.rollout(name).await?;
+        let target = rollout.spec.target.clone();
+        let (secret_namespace, secret_name) =
+            digest_key_secret.split_once('/').ok_or_else(|| {
+                CliError::Message(format!(
+                    "--digest-key-secret {digest_key_secret:?} is not NAMESPACE/NAME"
+                ))
+            })?;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), secret_namespace);
+        let secret = match self
+            .call("reading the digest key Secret", secrets.get(secret_name))
+            .await
+        {
+            Err(CliError::Api { code: 403, .. }) => {
+                return Err(CliError::Message(format!(
+                    "you may not read the digest key Secret {digest_key_secret} in the hub: \
+                     an override must carry the controller's keyed digest; nothing was written"
+                )));
+            }
+            other => other?,
+        };
+        let key = secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get("key"))
+            .ok_or_else(|| {
+                CliError::Message(format!("Secret {digest_key_secret} has no field \"key\""))
+            })
+            .and_then(|bytes| {
+                DigestKey::new(&bytes.0)
+                    .map_err(|e| CliError::Message(format!("Secret {digest_key_secret}: {e}")))
+            })?;
+        let config = load_config(Some(region_kubeconfig), region_context).await?;
+        let region_client =
+            Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
+        let user = self
+            .whoami_on(&region_client, &format!("region {region}"))
+            .await?;
+        let writer = WriterId::override_by(&user).map_err(|e| {
+            CliError::Message(format!("{user:?} cannot name an override writer: {e}"))
+        })?;
+        let now_ms = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
+        let stamp = Stamp::new(now_ms, 0, writer.clone());
+        let changes: BTreeMap<String, Option<String>> = changes.into_iter().collect();
+        let written = write_override(
+            &region_client,
+            &key,
+            &target.namespace,
+            &target.name,
+            stamp,
+            &changes,
+        );
+        let materialized = match tokio::time::timeout(self.timeout * 3, written).await {
+            Err(_) => {
+                return Err(CliError::Timeout {
+                    what: format!("writing the override in region {region}"),
+                    after: self.timeout * 3,
+                });
+            }
+            Ok(result) => result.map_err(|e| {
+                CliError::Message(format!(
+                    "writing the override in region {region} as {user}: {e}"
+                ))
+            })?,
+        };
+        let keys: Vec<String> = changes
+            .iter()
+            .map(|(key, value)| match value {
+                Some(_) => format!("{key} set"),
+                None => format!("{key} removed"),
+            })
+            .collect();
+        println!(
+            "override written in region {region} to configmap {}/{} as {writer}: {}",
+            target.namespace,
+            target.name,
+            keys.join(", ")
+        );
+        println!(
+            "keys overridden there now: {}; digest {}",
+            if materialized.overridden_keys.is_empty() {
+                "-".to_owned()
+            } else {
+                materialized.overridden_keys.join(", ")
+            },
+            materialized.digest
+        );
+        if let Some(reason) = reason {
+            // Kept beside the values it explains, on the target itself, where whoever
+            // looks at the region finds it; the controller keeps annotations it does not
+            // own.
+            let record = format!(
+                "{user} at {}: {}",
+                Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
+                reason.chars().take(MAX_OVERRIDE_REASON).collect::<String>()
+            );
+            let patch = serde_json::json!({"metadata": {"annotations": {OVERRIDE_REASON_ANNOTATION: record}}});
+            let api: Api<ConfigMap> = Api::namespaced(region_client.clone(), &target.namespace);
+            let patched = tokio::time::timeout(
+                self.timeout,
+                api.patch(&target.name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await;
+            match patched {
+                Ok(Ok(_)) => println!("reason recorded as {OVERRIDE_REASON_ANNOTATION}: {record}"),
+                Ok(Err(error)) => println!(
+                    "the override is written, but its reason could not be recorded ({error}); \
+                     keep it with your records: {reason}"
+                ),
+                Err(_) => println!(
+                    "the override is written, but recording its reason timed out; keep it with \
+                     your records: {reason}"
+                ),
+            }
+        }
+        println!(
+            "a revision of {name} declared from now on wins over this override; an older one \
+             arriving later does not"
+        );
+        Ok(EXIT_COMPLETE)
     }
 
     async fn approve(

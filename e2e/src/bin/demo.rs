@@ -1,6 +1,7 @@
 //! `make demo`: the whole product on the local lab. Starts a hub and three regions, the
 //! controller, and a two-stage ConfigRollout whose second stage needs an approval;
-//! prints its progress as `kubectl get` would, approves as `approver-alice`, and shows
+//! prints its progress as `kubectl get` would, approves as `approver-alice` with the
+//! kubectl plugin (`kubectl configrollout approve`, here the `lab-plugin` build), and shows
 //! each region's ConfigMap. Then a second revision carries a bad value behind an
 //! error-rate gate: the canary's workload loads it and fails requests, Prometheus sees
 //! it, the gate fails and the revision is rolled back. `--keep` leaves everything
@@ -11,11 +12,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
+use configrollout::api::ConfigRollout;
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const NAMESPACE: &str = "team";
 const TARGET_NAMESPACE: &str = "app";
@@ -117,30 +118,34 @@ async fn demo(keep: bool) -> DemoResult<()> {
     );
     watch_until(&rollouts, "AwaitingApproval").await?;
 
-    println!("\napprover-alice approves stage production of r1 (a StageApproval object)\n");
-    let approver = lab
-        .client(HUB, User::ApproverAlice)
+    // The approval as people give it: the kubectl plugin, on approver-alice's own
+    // kubeconfig; it finds the stage awaiting approval and the revision in the status.
+    println!(
+        "\napprover-alice approves the production stage with the plugin:\n\n\
+         kubectl configrollout approve {ROLLOUT} -n {NAMESPACE} --reason 'canary looks healthy'"
+    );
+    let kubeconfig = lab
+        .kubeconfig(HUB, User::ApproverAlice)
         .map_err(|e| e.to_string())?;
-    let approvals: Api<StageApproval> = Api::namespaced(approver, NAMESPACE);
-    let current = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
-    let spec = StageApprovalSpec::for_current_revision(
-        &current,
-        "production",
-        User::ApproverAlice.name(),
-        Some("canary looks healthy".to_owned()),
-    )
-    .ok_or("the rollout's status names no revision to approve")?;
-    let approval = StageApproval {
-        metadata: ObjectMeta {
-            name: Some("rate-limits-production-r1".to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec,
-    };
-    approvals
-        .create(&PostParams::default(), &approval)
+    let approved = tokio::process::Command::new(sibling("lab-plugin")?)
+        .env("KUBECONFIG", &kubeconfig)
+        .args(["approve", ROLLOUT, "-n", NAMESPACE])
+        .args(["--reason", "canary looks healthy"])
+        .kill_on_drop(true)
+        .output();
+    let approved = tokio::time::timeout(Duration::from_secs(60), approved)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| "kubectl configrollout approve: no exit within 60s".to_owned())?
+        .map_err(|e| format!("kubectl configrollout approve: {e}"))?;
+    print!("{}", String::from_utf8_lossy(&approved.stdout));
+    eprint!("{}", String::from_utf8_lossy(&approved.stderr));
+    if !approved.status.success() {
+        return Err(format!(
+            "kubectl configrollout approve failed: {}",
+            approved.status
+        ));
+    }
+    println!();
     watch_until(&rollouts, "Complete").await?;
     show_regions(&lab).await?;
 

@@ -542,3 +542,66 @@ fn renderings_never_show_configuration_values() {
         assert!(!text.contains("SECRET-VALUE"), "{text}");
     }
 }
+
+fn keys(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+#[test]
+fn diff_lists_added_changed_and_removed_keys_in_order() {
+    let from = keys(&[("a", "1"), ("b", "2"), ("c", "3")]);
+    let to = keys(&[("b", "2"), ("c", "30"), ("d", "4")]);
+    assert_eq!(
+        diff_keys(&from, &to),
+        vec![
+            KeyChange::Removed("a".into(), "1".into()),
+            KeyChange::Changed("c".into(), "3".into(), "30".into()),
+            KeyChange::Added("d".into(), "4".into()),
+        ]
+    );
+    assert_eq!(diff_keys(&from, &from), vec![]);
+    assert_eq!(
+        diff_keys(&BTreeMap::new(), &keys(&[("a", "1")])),
+        vec![KeyChange::Added("a".into(), "1".into())]
+    );
+}
+
+#[test]
+fn diff_masks_values_unless_asked() {
+    let changes = diff_keys(
+        &keys(&[("gone", "secret-1"), ("timeout_ms", "secret-2")]),
+        &keys(&[("timeout_ms", "secret-3"), ("new", "secret-4")]),
+    );
+    let masked = render_diff("team/app r1", "team/app r2", &changes, false);
+    assert_eq!(
+        masked,
+        "\
+--- team/app r1
++++ team/app r2
+- gone (was ***)
++ new = ***
+~ timeout_ms: *** -> ***
+1 added, 1 changed, 1 removed (values masked; --show-values to see them)
+"
+    );
+    assert!(!masked.contains("secret"), "{masked}");
+    let shown = render_diff("team/app r1", "team/app r2", &changes, true);
+    assert_eq!(
+        shown,
+        "\
+--- team/app r1
++++ team/app r2
+- gone (was \"secret-1\")
++ new = \"secret-4\"
+~ timeout_ms: \"secret-2\" -> \"secret-3\"
+1 added, 1 changed, 1 removed
+"
+    );
+    assert_eq!(
+        render_diff("a", "b", &[], false),
+        "--- a\n+++ b\n0 added, 0 changed, 0 removed\n"
+    );
+}
