@@ -407,7 +407,10 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
 /// lost or `stop` is cancelled.
 async fn lead_and_work(ctx: Arc<Context>, leader: LeaderState, stop: CancellationToken) {
     loop {
+        // Stopping is one-way: when both are ready (a stop while still leading), the stop
+        // wins; an unbiased select picked one at random and could lead again after SIGTERM.
         tokio::select! {
+            biased;
             () = stop.cancelled() => return,
             leading = leader.acquired() => if !leading {
                 tracing::warn!("leader election ended; not working");
