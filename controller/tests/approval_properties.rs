@@ -271,3 +271,31 @@ fn the_policies_approvals_rely_on_are_reported() {
     let condition = world.condition(conditions::ADMISSION_POLICIES).unwrap();
     assert_eq!(condition.status, "True");
 }
+
+#[test]
+fn requests_written_with_fractions_of_a_second_act_once() {
+    let mut world = world(false);
+    world.run(2, 15);
+    world.control.abort_requested_at = Some(world.now + TimeDelta::milliseconds(641));
+    world.run(3, 15);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let aborts = world
+        .log
+        .iter()
+        .filter(|(_, action)| matches!(action, Action::Event { reason, .. } if reason == "Aborted"))
+        .count();
+    assert_eq!(aborts, 1, "the abort acts once");
+    world.control.retry_requested_at = Some(world.now + TimeDelta::milliseconds(198));
+    world.tick();
+    assert_ne!(
+        world.status.phase,
+        Some(RolloutPhase::Halted),
+        "the retry resumes"
+    );
+    world.run(3, 15);
+    assert_ne!(
+        world.status.phase,
+        Some(RolloutPhase::Halted),
+        "and the abort stays settled"
+    );
+}

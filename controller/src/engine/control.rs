@@ -46,13 +46,16 @@ pub(super) fn apply(step: &mut Step<'_>) {
         at.filter(|at| declared_at.is_none_or(|declared| *at >= declared))
             .filter(|at| !settled.contains(&Some(*at)))
     };
-    let control = &step.obs.control;
-    if let Some(abort_at) = fresh(control.abort_requested_at, &[acted(&record.abort_at)]) {
-        abort(step, abort_at, control.retry_requested_at);
+    // Status keeps whole seconds (metav1.Time): requests are compared at that precision,
+    // or one written with a fraction would never match its record and act again forever.
+    let abort_requested = step.obs.control.abort_requested_at.map(whole_seconds);
+    let retry_requested = step.obs.control.retry_requested_at.map(whole_seconds);
+    if let Some(abort_at) = fresh(abort_requested, &[acted(&record.abort_at)]) {
+        abort(step, abort_at, retry_requested);
         return;
     }
     let settled = [acted(&record.retry_at), acted(&record.refused_retry_at)];
-    let Some(retry_at) = fresh(control.retry_requested_at, &settled) else {
+    let Some(retry_at) = fresh(retry_requested, &settled) else {
         return;
     };
     if retry_at > step.now + MAX_REQUEST_SKEW {
@@ -60,6 +63,10 @@ pub(super) fn apply(step: &mut Step<'_>) {
         return;
     }
     retry(step, retry_at);
+}
+
+fn whole_seconds(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
 }
 
 fn record<'s>(step: &'s mut Step<'_>) -> &'s mut ControlRecord {

@@ -1,7 +1,7 @@
 //! Whether the admission policies that make approvals truthful are installed and bound in
 //! the hub: `policies/stageapproval-approver.yaml` (an approval's approver is the user
 //! who created it) and `policies/spec-author.yaml` (who last changed a rollout's spec is
-//! stamped by the apiserver). Checked by name, at most once a minute, and reported on
+//! stamped by the apiserver). Checked by name, at most every 20 s, and reported on
 //! the rollouts that wait for approvals.
 
 use std::sync::Mutex;
@@ -22,7 +22,7 @@ pub const SPEC_AUTHOR_POLICY: &str = "spec-author.configrollout.dev";
 /// The annotation the spec-author policy stamps.
 pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
 /// How long a check is reused.
-const RECHECK_AFTER: Duration = Duration::from_secs(60);
+const RECHECK_AFTER: Duration = Duration::from_secs(20);
 
 /// Remembers the last check.
 #[derive(Default)]

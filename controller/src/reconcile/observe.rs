@@ -215,7 +215,12 @@ pub async fn region(
             observation.overridden_keys = inspection.overridden_keys.clone();
             if let Some(revision) = current {
                 let two_pass = *expand_contract == ExpandContract::Auto && revision.removes_keys();
-                let found = evidence(&inspection.replica, revision, two_pass);
+                let found = evidence(
+                    &inspection.replica,
+                    revision,
+                    two_pass,
+                    reader.stamp_bound_ms,
+                );
                 observation.applied = found.applied.map(|step| AppliedRevision {
                     revision: revision.name.clone(),
                     step,

@@ -149,12 +149,20 @@ pub struct Evidence {
 
 /// Reads the evidence of `revision` in `replica`. `two_pass` says whether the revision
 /// runs expand then contract.
-pub fn evidence(replica: &Replica, revision: &RevisionState, two_pass: bool) -> Evidence {
+/// An entry stamped after `stamp_bound_ms` (further ahead than the clock's drift bound)
+/// never counts as holding the revision: it would win every write until its time comes,
+/// so the revision has not really reached the region.
+pub fn evidence(
+    replica: &Replica,
+    revision: &RevisionState,
+    two_pass: bool,
+    stamp_bound_ms: u64,
+) -> Evidence {
     let holds = |delta: &Delta| {
         delta.iter().all(|(key, entry)| {
-            replica
-                .get(key)
-                .is_some_and(|held| held.precedence(entry).is_ge())
+            replica.get(key).is_some_and(|held| {
+                held.stamp.wall_ms <= stamp_bound_ms && held.precedence(entry).is_ge()
+            })
         })
     };
     let applied = if two_pass {
@@ -200,7 +208,7 @@ pub fn encode_revision(revision: &RevisionState) -> Result<(String, String), crd
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crdt::WriterId;
+    use crate::crdt::{WriterId, override_delta};
 
     fn stamp(wall_ms: u64, writer: &str) -> Stamp {
         Stamp::new(wall_ms, 0, WriterId::parse(writer).unwrap())
@@ -278,14 +286,14 @@ mod tests {
         let live: BTreeMap<_, _> = region.live().into_iter().collect();
         assert_eq!(live, BTreeMap::from([("new", "1"), ("old", "1")]));
         assert_eq!(
-            evidence(&region, &r2, true).applied,
+            evidence(&region, &r2, true, u64::MAX).applied,
             Some(RevisionStep::Expand)
         );
         region.apply(&r2.publication(RevisionStep::Contract));
         let live: BTreeMap<_, _> = region.live().into_iter().collect();
         assert_eq!(live, BTreeMap::from([("new", "1")]));
         assert_eq!(
-            evidence(&region, &r2, true).applied,
+            evidence(&region, &r2, true, u64::MAX).applied,
             Some(RevisionStep::Contract)
         );
     }
@@ -293,7 +301,7 @@ mod tests {
     #[test]
     fn evidence_says_nothing_applied_before_a_publish() {
         let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let evidence = evidence(&Replica::new(), &r1, false);
+        let evidence = evidence(&Replica::new(), &r1, false, u64::MAX);
         assert_eq!(evidence.applied, None);
         assert!(!evidence.rolled_back);
     }
@@ -315,9 +323,21 @@ mod tests {
         region.apply(&undo);
         let live: BTreeMap<_, _> = region.live().into_iter().collect();
         assert_eq!(live, BTreeMap::from([("a", "1")]));
-        assert!(evidence(&region, &r2, false).rolled_back);
+        assert!(evidence(&region, &r2, false, u64::MAX).rolled_back);
         // A second rollback finds nothing left to revert.
         assert!(r2.rollback(&region, rollout(40)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_entry_stamped_beyond_the_drift_bound_does_not_hold_the_revision() {
+        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
+        let far = Stamp::new(1_000_000, 0, WriterId::override_by("laptop").unwrap());
+        let region = merged(&[&override_delta(far, [("a", Some("x"))]).unwrap()]);
+        assert_eq!(
+            evidence(&region, &r1, false, u64::MAX).applied,
+            Some(RevisionStep::Single)
+        );
+        assert_eq!(evidence(&region, &r1, false, 999_999).applied, None);
     }
 
     #[test]
