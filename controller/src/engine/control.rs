@@ -40,22 +40,22 @@ pub(super) fn apply(step: &mut Step<'_>) {
         at.as_ref().map(from_time)
     };
     // A request is its annotation's value: a new request is a new time. Requests are
-    // told apart by equality, not order, so that one dated ahead cannot shadow the ones
-    // after it.
+    // told apart from the settled ones by equality, not order, so that one dated ahead
+    // cannot shadow the ones after it; at whole seconds, which is what status keeps
+    // (metav1.Time), or one written with a fraction would never match its record and
+    // act again forever. Ordering (after the declaration, after the halt) uses the full
+    // time.
     let fresh = |at: Option<DateTime<Utc>>, settled: &[Option<DateTime<Utc>>]| {
         at.filter(|at| declared_at.is_none_or(|declared| *at >= declared))
-            .filter(|at| !settled.contains(&Some(*at)))
+            .filter(|at| !settled.contains(&Some(whole_seconds(*at))))
     };
-    // Status keeps whole seconds (metav1.Time): requests are compared at that precision,
-    // or one written with a fraction would never match its record and act again forever.
-    let abort_requested = step.obs.control.abort_requested_at.map(whole_seconds);
-    let retry_requested = step.obs.control.retry_requested_at.map(whole_seconds);
-    if let Some(abort_at) = fresh(abort_requested, &[acted(&record.abort_at)]) {
-        abort(step, abort_at, retry_requested);
+    let control = &step.obs.control;
+    if let Some(abort_at) = fresh(control.abort_requested_at, &[acted(&record.abort_at)]) {
+        abort(step, abort_at, control.retry_requested_at);
         return;
     }
     let settled = [acted(&record.retry_at), acted(&record.refused_retry_at)];
-    let Some(retry_at) = fresh(retry_requested, &settled) else {
+    let Some(retry_at) = fresh(control.retry_requested_at, &settled) else {
         return;
     };
     if retry_at > step.now + MAX_REQUEST_SKEW {
@@ -77,9 +77,9 @@ fn record<'s>(step: &'s mut Step<'_>) -> &'s mut ControlRecord {
 
 fn abort(step: &mut Step<'_>, requested_at: DateTime<Utc>, pending_retry: Option<DateTime<Utc>>) {
     let record = record(step);
-    record.abort_at = Some(to_time(requested_at));
+    record.abort_at = Some(to_time(whole_seconds(requested_at)));
     if let Some(retry) = pending_retry {
-        record.retry_at = Some(to_time(retry));
+        record.retry_at = Some(to_time(whole_seconds(retry)));
     }
     if matches!(
         step.status.phase,
@@ -98,7 +98,7 @@ fn abort(step: &mut Step<'_>, requested_at: DateTime<Utc>, pending_retry: Option
 /// Records a retry dated too far ahead as refused: it must not resume anything, now or
 /// when its time comes; a new request (with the current time) is needed.
 fn refuse_retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
-    record(step).refused_retry_at = Some(to_time(requested_at));
+    record(step).refused_retry_at = Some(to_time(whole_seconds(requested_at)));
     let message = format!(
         "retry requested for {} refused: it is dated more than {}s ahead of the \
          controller's clock ({}); request it again with the current time",
@@ -122,7 +122,7 @@ fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
     if halted_since.is_some_and(|since| requested_at <= since) {
         return;
     }
-    record(step).retry_at = Some(to_time(requested_at));
+    record(step).retry_at = Some(to_time(whole_seconds(requested_at)));
     for stage in &mut step.status.stages {
         if stage.state == StageState::Failed {
             stage.state = StageState::Progressing;
