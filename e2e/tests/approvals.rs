@@ -94,20 +94,15 @@ fn digest_of(rollout: &ConfigRollout, revision: &str) -> Option<String> {
 }
 
 /// What a StageApproval must name to approve `stage` of the rollout's current revision,
-/// read from the rollout as `kubectl configrollout approve` would read it.
+/// read from the rollout as `kubectl configrollout approve` reads it.
 fn approving(rollout: &ConfigRollout, stage: &str, approver: User) -> StageApprovalSpec {
-    let revision = revision_of(rollout)
-        .expect("a declared revision")
-        .to_owned();
-    StageApprovalSpec {
-        rollout: rollout.name_any(),
-        rollout_uid: rollout.uid().expect("uid"),
-        stage: stage.to_owned(),
-        revision_digest: digest_of(rollout, &revision).expect("digest in history"),
-        revision,
-        approver: approver.name().to_owned(),
-        reason: Some("checked the canary dashboards".to_owned()),
-    }
+    StageApprovalSpec::for_current_revision(
+        rollout,
+        stage,
+        approver.name(),
+        Some("checked the canary dashboards".to_owned()),
+    )
+    .expect("a declared revision with its digest in history")
 }
 
 /// Creates a StageApproval `name` as `user`.
