@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use configrollout::api::{RolloutPhase, SampleVerdict};
-use configrollout::reconcile::leader::{LeaseConfig, Sighting, decide};
+use configrollout::leader::lease::{LeaseConfig, Sighting, decide};
 use configrollout::telemetry::metrics::{Metrics, ReconcileResult, WriteResult};
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusEndpoints, PrometheusProvider, ResponseLimits};
-use crate::reconcile::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
+use crate::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
 use crate::reconcile::{self, Context, ReconcileError, region_status};
 use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;

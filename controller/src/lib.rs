@@ -11,6 +11,7 @@ pub mod cli;
 pub mod crdt;
 pub mod engine;
 pub mod gates;
+pub mod leader;
 pub mod reconcile;
 pub mod regions;
 pub mod shutdown;

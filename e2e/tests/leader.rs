@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use configrollout::reconcile::leader::{LeaderElector, LeaderState, LeaseConfig};
+use configrollout::leader::{LeaderElector, LeaderState, LeaseConfig};
 use configrollout_e2e::{HUB, Lab, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -23,7 +23,7 @@ struct Candidate {
     identity: String,
     state: LeaderState,
     shutdown: CancellationToken,
-    task: JoinHandle<Result<(), configrollout::reconcile::leader::LeaderError>>,
+    task: JoinHandle<Result<(), configrollout::leader::LeaderError>>,
 }
 
 fn candidate(lab: &Lab, lease: &str, identity: &str) -> Candidate {

@@ -3,7 +3,6 @@
 
 pub mod act;
 pub mod admission_policies;
-pub mod leader;
 pub mod observe;
 pub mod region_status;
 pub mod revision_store;

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::TelemetryError;
 use super::metrics::{CONTENT_TYPE, Metrics};
-use crate::reconcile::leader::LeaderState;
+use crate::leader::LeaderState;
 
 /// Limits of the HTTP server.
 #[derive(Clone, Debug, PartialEq, Eq)]

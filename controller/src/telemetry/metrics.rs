@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::api::{RolloutPhase, SampleVerdict};
-use crate::reconcile::leader::LeaderState;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -432,18 +431,6 @@ impl Metrics {
         );
         out
     }
-
-    /// Keeps [`Metrics::leader`] equal to `state` until the elector is gone (then 0).
-    pub async fn track_leader(&self, state: LeaderState) {
-        let mut leading = state.subscribe();
-        loop {
-            self.leader.set(i64::from(state.is_leading()));
-            if leading.changed().await.is_err() {
-                break;
-            }
-        }
-        self.leader.set(0);
-    }
 }
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
@@ -650,19 +637,5 @@ mod tests {
         assert_eq!(float(f64::NAN), "NaN");
         assert_eq!(float(0.25), "0.25");
         assert_eq!(float(10.0), "10");
-    }
-
-    #[tokio::test]
-    async fn leader_gauge_follows_the_election() {
-        let metrics = Metrics::new();
-        metrics.leader.set(7);
-        // With a state that always leads, the gauge reads 1 as soon as it is tracked.
-        let state = LeaderState::always_leading();
-        let tracked = metrics.track_leader(state);
-        tokio::select! {
-            () = tracked => panic!("tracking ended while the elector lives"),
-            () = tokio::task::yield_now() => {}
-        }
-        assert_eq!(metrics.leader.get(), 1);
     }
 }
