@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
@@ -25,14 +25,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
-use crate::gates::prometheus::{PrometheusEndpoints, PrometheusProvider, ResponseLimits};
+use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
-use crate::reconcile::{self, Context, ReconcileError, region_status};
+use crate::reconcile::{self, Context, HubError, ReconcileError, WriteFence, region_status};
 use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
 use crate::telemetry::health::{self, Health, ServerLimits};
 use crate::telemetry::logging::{self, LogFormat};
-use crate::telemetry::metrics::{Metrics, ReconcileResult};
+use crate::telemetry::metrics::Metrics;
 
 /// Name the controller reports events and writes as.
 pub const CONTROLLER_NAME: &str = "configrollout-controller";
@@ -267,7 +267,6 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     ));
     let election = elector.map(|elector| tokio::spawn(elector.run(stop_election.clone())));
 
-    let endpoints = PrometheusEndpoints::new(options.prometheus_url.clone());
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .timeout(crate::gates::prometheus::QUERY_TIMEOUT)
@@ -292,14 +291,11 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             .map_err(|e| AppError::Startup(e.to_string()))?,
         gates: Arc::new(PrometheusProvider::new(
             http,
-            endpoints.clone(),
+            options.prometheus_url.clone(),
             options.prometheus_limits,
         )),
         recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
-        leading: {
-            let leader = leader.clone();
-            Arc::new(move || leader.is_leading())
-        },
+        fence: WriteFence::new(leader.clone(), metrics.clone()),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
         policies: Default::default(),
@@ -315,12 +311,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     .map_err(|e| AppError::Hub(e.to_string()))?;
     health.mark_caches_synced();
 
-    let probe = tokio::spawn(probe_regions(
-        ctx.clone(),
-        endpoints,
-        leader.clone(),
-        stop_work.clone(),
-    ));
+    let probe = tokio::spawn(probe_regions(ctx.clone(), stop_work.clone()));
     let work = tokio::spawn(lead_and_work(ctx, leader, stop_work.clone()));
 
     let signal = signals.recv().await;
@@ -396,7 +387,7 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
         .await
         {
             Ok(_) => continue,
-            Err(ReconcileError::Call(error)) if error.is_conflict() => continue,
+            Err(HubError::Call(error)) if error.is_conflict() => continue,
             Err(error) => return Err(fail(error.to_string())),
         }
     }
@@ -451,7 +442,7 @@ async fn run_controller(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send
         })
         .reconcile_all_on(region_changes)
         .graceful_shutdown_on(stop)
-        .run(timed_reconcile, error_policy, ctx)
+        .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "controller event");
@@ -460,45 +451,14 @@ async fn run_controller(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send
         .await;
 }
 
-async fn timed_reconcile(
-    rollout: Arc<ConfigRollout>,
-    ctx: Arc<Context>,
-) -> Result<Requeue, ReconcileError> {
-    let started = Instant::now();
-    let name = rollout.name_any();
-    let namespace = rollout.namespace().unwrap_or_default();
-    let result = reconcile::reconcile(rollout, ctx.clone()).await;
-    ctx.metrics
-        .reconcile_duration_seconds
-        .observe_duration(started.elapsed());
-    match &result {
-        Ok(_) => ctx.metrics.reconcile_total.inc(ReconcileResult::Ok),
-        Err(error) => {
-            ctx.metrics.reconcile_total.inc(ReconcileResult::Error);
-            tracing::warn!(rollout = %name, namespace = %namespace, %error, "reconcile failed");
-        }
-    }
-    result
+fn error_policy(_: Arc<ConfigRollout>, error: &ReconcileError, _: Arc<Context>) -> Requeue {
+    Requeue::requeue(error.retry_after())
 }
 
-fn error_policy(_: Arc<ConfigRollout>, _: &ReconcileError, _: Arc<Context>) -> Requeue {
-    Requeue::requeue(reconcile::ERROR_REQUEUE)
-}
-
-async fn probe_regions(
-    ctx: Arc<Context>,
-    endpoints: PrometheusEndpoints,
-    leader: LeaderState,
-    stop: CancellationToken,
-) {
+async fn probe_regions(ctx: Arc<Context>, stop: CancellationToken) {
     loop {
-        if let Err(error) = region_status::probe_all(
-            &ctx.hub,
-            &ctx.region_clients,
-            &endpoints,
-            leader.is_leading(),
-        )
-        .await
+        if let Err(error) =
+            region_status::probe_all(&ctx.hub, &ctx.region_clients, &ctx.fence).await
         {
             tracing::warn!(%error, "region probe failed");
         }

@@ -826,3 +826,57 @@ fn every_sample_a_step_counts_is_tallied_once_by_verdict() {
         )
     );
 }
+
+#[test]
+fn out_of_band_edits_are_reported_by_key_name() {
+    use configrollout::engine::{DesiredRevision, Grant, Observations, RegionObservation};
+    let spec = spec(json!({
+        "stages": [{"name": "only", "regions": {"names": ["region-1"]}}],
+    }));
+    let observations = || Observations {
+        generation: 1,
+        desired: DesiredRevision {
+            digest: "d1".into(),
+            keys_set: 1,
+            keys_removed: 0,
+        },
+        fresh_stamp: "1000.0@rollout:team/limits".into(),
+        regions: vec![RegionObservation {
+            name: "region-1".into(),
+            reachable: true,
+            ..RegionObservation::default()
+        }],
+        grant: Grant::own_namespace(&spec.target.namespace),
+        ..Observations::default()
+    };
+    let now = chrono::Utc::now();
+    let first = step(&spec, Default::default(), &observations(), now);
+    let mut drifted = observations();
+    drifted.regions[0].drifted_keys = vec!["rate".into()];
+    let decision = step(&spec, first.status, &drifted, now);
+    let condition = decision
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Drifted")
+        .expect("Drifted condition");
+    assert_eq!(condition.status, "True");
+    assert!(
+        condition.message.contains("region-1 (rate)"),
+        "{}",
+        condition.message
+    );
+    assert_eq!(
+        decision.status.regions[0].drifted_keys,
+        vec!["rate".to_owned()]
+    );
+
+    let healed = step(&spec, decision.status.clone(), &observations(), now);
+    let condition = healed
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Drifted")
+        .expect("Drifted condition");
+    assert_eq!(condition.status, "False");
+}

@@ -11,9 +11,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec, StageState};
 use configrollout::crdt::{self, Delta, Entry, Stamp, WriterId};
-use configrollout::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;

@@ -463,7 +463,7 @@ async fn pause_resume_and_abort(world: &World) {
     assert!(
         rollout
             .annotations()
-            .contains_key(configrollout::reconcile::observe::ABORT_ANNOTATION)
+            .contains_key(configrollout::api::annotations::ABORT_ANNOTATION)
     );
 
     let (code, stdout, stderr) = text(

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
-use configrollout::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::regions::overrides::write_override;
 use configrollout_e2e::{KUBECONFIG_SECRET_KEY, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;

@@ -2,6 +2,7 @@
 //! `StageApproval`, their schemas (with the CEL validation the apiserver enforces) and
 //! the condition types the controller sets.
 
+pub mod annotations;
 mod approval;
 pub mod conditions;
 pub mod duration;

@@ -20,11 +20,11 @@ use kube::{Client, Config, ResourceExt};
 use super::args::{Cli, Command, GlobalArgs, OutputFormat};
 use super::render::{self, Outcome};
 use super::{CliError, EXIT_COMPLETE, EXIT_FAILED, EXIT_TIMEOUT};
+use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use crate::api::{ConfigRollout, RolloutPhase, StageApproval, StageApprovalSpec, conditions};
 use crate::crdt::{DigestKey, Stamp, WriterId};
 use crate::engine::validate;
-use crate::reconcile::ReconcileError;
-use crate::reconcile::observe::{ABORT_ANNOTATION, RETRY_ANNOTATION};
+use crate::reconcile::HubError;
 use crate::reconcile::revision_store::RevisionStore;
 use crate::regions::overrides::write_override;
 use crate::regions::publication::RevisionState;
@@ -382,7 +382,7 @@ impl Hub {
                     after: self.timeout,
                 });
             }
-            Ok(Err(ReconcileError::Call(error))) if error.code() == Some(403) => {
+            Ok(Err(HubError::Call(error))) if error.code() == Some(403) => {
                 return Err(CliError::Message(format!(
                     "you may not read the revisions of configrollout {}/{name}: reading \
                      controllerrevisions (apps) in namespace {} is forbidden to you; \

@@ -36,6 +36,7 @@ mod observations;
 mod regions;
 pub mod revisions;
 pub mod selection;
+mod settle;
 mod stages;
 pub mod tenancy;
 pub mod validate;
@@ -53,6 +54,7 @@ pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,
 };
+pub use settle::{ActOutcome, FailedRegion, settle};
 pub use tenancy::Grant;
 pub use validate::{SpecError, validate};
 

@@ -8,15 +8,13 @@
 //! series cap. Either is a [`QueryResult::Error`], so an Inconclusive sample, never an
 //! out-of-memory in the shared controller.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
-use super::provider::{GateProvider, SampleFuture};
+use super::provider::{GateProvider, SampleFuture, SampleSource};
 use super::verdict::{Labels, QueryResult};
 
 /// How long one query may take, end to end, before the sample is Inconclusive.
@@ -109,71 +107,34 @@ pub enum QueryError {
     UnsupportedType(String),
 }
 
-/// Prometheus endpoints by region, shared with whoever keeps them current (the Region
-/// watcher), plus the default.
-#[derive(Clone, Default)]
-pub struct PrometheusEndpoints {
-    by_region: Arc<RwLock<HashMap<String, String>>>,
-    default: Option<String>,
-}
-
-impl PrometheusEndpoints {
-    /// Endpoints with `default` for regions that name none.
-    pub fn new(default: Option<String>) -> Self {
-        Self {
-            by_region: Arc::default(),
-            default,
-        }
-    }
-
-    /// Sets (or clears, with `None`) the endpoint a region names.
-    pub fn set(&self, region: &str, url: Option<String>) {
-        if let Ok(mut map) = self.by_region.write() {
-            match url {
-                Some(url) => map.insert(region.to_owned(), url),
-                None => map.remove(region),
-            };
-        }
-    }
-
-    fn url_for(&self, region: Option<&str>) -> Option<String> {
-        region
-            .and_then(|region| self.by_region.read().ok()?.get(region).cloned())
-            .or_else(|| self.default.clone())
-    }
-}
-
 /// Takes gate samples with instant queries over HTTP.
 pub struct PrometheusProvider {
     http: reqwest::Client,
-    endpoints: PrometheusEndpoints,
+    default_url: Option<String>,
     limits: ResponseLimits,
 }
 
 impl PrometheusProvider {
-    /// A provider querying `endpoints` through `http` (which should carry its own
-    /// connect timeout; every query is also bounded by [`QUERY_TIMEOUT`]), accepting
-    /// answers within `limits`.
-    pub fn new(
-        http: reqwest::Client,
-        endpoints: PrometheusEndpoints,
-        limits: ResponseLimits,
-    ) -> Self {
+    /// A provider querying through `http` (which should carry its own connect timeout;
+    /// every query is also bounded by [`QUERY_TIMEOUT`]) the URL a sample's region names,
+    /// or `default_url`, accepting answers within `limits`.
+    pub fn new(http: reqwest::Client, default_url: Option<String>, limits: ResponseLimits) -> Self {
         Self {
             http,
-            endpoints,
+            default_url,
             limits,
         }
     }
 
-    async fn query(&self, region: Option<&str>, query: &str) -> QueryResult {
+    async fn query(&self, source: SampleSource<'_>, query: &str) -> QueryResult {
+        let base = source.url.or(self.default_url.as_deref());
         let outcome =
-            match tokio::time::timeout(QUERY_TIMEOUT, self.instant_query(region, query)).await {
+            match tokio::time::timeout(QUERY_TIMEOUT, self.instant_query(base, query)).await {
                 Err(_) => Err(QueryError::Timeout),
                 Ok(outcome) => outcome,
             };
         outcome.unwrap_or_else(|error| {
-            tracing::debug!(region = region.unwrap_or(""), %error, "gate sample inconclusive");
+            tracing::debug!(region = source.region.unwrap_or(""), %error, "gate sample inconclusive");
             QueryResult::Error(error.to_string())
         })
     }
@@ -181,14 +142,10 @@ impl PrometheusProvider {
     /// `GET /api/v1/query` with `query` and `timeout`, as Prometheus's HTTP API defines it.
     async fn instant_query(
         &self,
-        region: Option<&str>,
+        base: Option<&str>,
         query: &str,
     ) -> Result<QueryResult, QueryError> {
-        let base = self
-            .endpoints
-            .url_for(region)
-            .ok_or(QueryError::NoEndpoint)?;
-        let url = query_url(&base, query)?;
+        let url = query_url(base.ok_or(QueryError::NoEndpoint)?, query)?;
         let mut response = self
             .http
             .get(url)
@@ -207,8 +164,8 @@ impl PrometheusProvider {
 }
 
 impl GateProvider for PrometheusProvider {
-    fn sample<'a>(&'a self, region: Option<&'a str>, query: &'a str) -> SampleFuture<'a> {
-        Box::pin(self.query(region, query))
+    fn sample<'a>(&'a self, source: SampleSource<'a>, query: &'a str) -> SampleFuture<'a> {
+        Box::pin(self.query(source, query))
     }
 }
 
@@ -546,11 +503,7 @@ mod tests {
             .timeout(QUERY_TIMEOUT)
             .build()
             .unwrap();
-        PrometheusProvider::new(
-            http,
-            PrometheusEndpoints::new(Some(base.to_owned())),
-            limits,
-        )
+        PrometheusProvider::new(http, Some(base.to_owned()), limits)
     }
 
     fn error_text(result: QueryResult) -> String {
@@ -566,7 +519,9 @@ mod tests {
         let (base, mut requests) =
             serve(json_head(Some(body.len() as u64)), Body::Bytes(body)).await;
         let provider = provider(&format!("{base}/prom/"), ResponseLimits::default());
-        let result = provider.sample(None, "sum(up{job=\"a b\"})").await;
+        let result = provider
+            .sample(SampleSource::default(), "sum(up{job=\"a b\"})")
+            .await;
         let expected = QueryResult::Vector(vec![
             (Labels::from([("pod".to_owned(), "p0".to_owned())]), 0.0),
             (Labels::from([("pod".to_owned(), "p1".to_owned())]), 1.0),
@@ -585,7 +540,17 @@ mod tests {
         let (base, _requests) = serve(json_head(None), Body::Endless).await;
         let provider = provider(&base, limits(64 * 1024, 1000));
         let started = std::time::Instant::now();
-        let reason = error_text(provider.sample(Some("any"), "up").await);
+        let reason = error_text(
+            provider
+                .sample(
+                    SampleSource {
+                        region: Some("any"),
+                        url: None,
+                    },
+                    "up",
+                )
+                .await,
+        );
         assert_eq!(
             reason,
             "Prometheus answer larger than the limit of 65536 bytes"
@@ -598,7 +563,7 @@ mod tests {
         let (base, _requests) = serve(json_head(Some(1 << 40)), Body::Never).await;
         let provider = provider(&base, ResponseLimits::default());
         let started = std::time::Instant::now();
-        let reason = error_text(provider.sample(None, "up").await);
+        let reason = error_text(provider.sample(SampleSource::default(), "up").await);
         assert_eq!(
             reason,
             "Prometheus answer larger than the limit of 4194304 bytes"
@@ -612,7 +577,7 @@ mod tests {
         let (base, _requests) = serve(head.to_owned(), Body::Bytes("<h1>secret page</h1>")).await;
         let reason = error_text(
             provider(&base, ResponseLimits::default())
-                .sample(None, "up")
+                .sample(SampleSource::default(), "up")
                 .await,
         );
         assert_eq!(reason, "Prometheus answered HTTP 502 without JSON");
@@ -626,13 +591,13 @@ mod tests {
         let base = format!("http://user:password@{address}/");
         let reason = error_text(
             provider(&base, ResponseLimits::default())
-                .sample(None, "up")
+                .sample(SampleSource::default(), "up")
                 .await,
         );
         assert_eq!(reason, "Prometheus unreachable");
         let no_url = error_text(
             provider("not a url", ResponseLimits::default())
-                .sample(None, "up")
+                .sample(SampleSource::default(), "up")
                 .await,
         );
         assert_eq!(no_url, "the Prometheus URL is not a valid http(s) URL");
@@ -641,13 +606,17 @@ mod tests {
     #[tokio::test]
     async fn no_endpoint_is_an_error() {
         let http = reqwest::Client::new();
-        let provider = PrometheusProvider::new(
-            http,
-            PrometheusEndpoints::new(None),
-            ResponseLimits::default(),
-        );
+        let provider = PrometheusProvider::new(http, None, ResponseLimits::default());
         assert_eq!(
-            provider.sample(Some("r"), "up").await,
+            provider
+                .sample(
+                    SampleSource {
+                        region: Some("r"),
+                        url: None
+                    },
+                    "up"
+                )
+                .await,
             QueryResult::Error("no Prometheus endpoint configured".to_owned())
         );
     }

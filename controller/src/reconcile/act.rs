@@ -8,25 +8,29 @@ use kube::ResourceExt;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 
 use super::revision_store::RevisionStore;
-use super::{Context, ReconcileError};
+use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
-use crate::engine::{Action, EventType, Grant};
+use crate::engine::{ActOutcome, Action, EventType, FailedRegion, Grant};
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, TargetObject};
 use crate::regions::{RegionError, consumers};
+use crate::telemetry::metrics::WriteKind;
 
-/// What acting did: counts for logs and metrics, and the regions whose merge failed.
+/// What acting did: writes for the metrics, and what the engine must hear of it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ActReport {
-    /// Region merges that succeeded.
-    pub region_merges: u32,
-    /// Region merges that failed (the next observation reports why).
-    pub region_failures: u32,
     /// Writes made in regions.
     pub region_writes: u32,
-    /// Regions whose merge failed, with the error (names and HTTP reasons, no values).
-    pub failed_regions: Vec<(String, String)>,
+    /// What the engine settles the status with.
+    pub outcome: ActOutcome,
+}
+
+impl ActReport {
+    /// Region merges that failed.
+    pub fn region_failures(&self) -> u32 {
+        u32::try_from(self.outcome.failed_regions.len()).unwrap_or(u32::MAX)
+    }
 }
 
 /// Everything [`act`] needs besides the actions.
@@ -39,8 +43,8 @@ pub struct ActInput<'a> {
     pub desired: &'a BTreeMap<String, String>,
     /// Stored revisions; a declared one is added.
     pub revisions: &'a mut BTreeMap<String, RevisionState>,
-    /// Every Region, by name.
-    pub regions: &'a BTreeMap<String, Region>,
+    /// Every Region.
+    pub regions: &'a [Region],
     /// What the rollout's namespace may reach: checked again before every region write.
     pub grant: &'a Grant,
 }
@@ -50,7 +54,7 @@ pub async fn act(
     ctx: &Context,
     input: ActInput<'_>,
     actions: &[Action],
-) -> Result<ActReport, ReconcileError> {
+) -> Result<ActReport, HubError> {
     let rollout = input.rollout;
     let namespace = rollout.namespace().unwrap_or_default();
     let store = RevisionStore::new(ctx.hub.clone(), &namespace);
@@ -58,8 +62,8 @@ pub async fn act(
     for action in actions {
         match action {
             Action::DeclareRevision { name, stamp, .. } => {
-                if !(ctx.leading)() {
-                    return Err(ReconcileError::NotLeader);
+                if !ctx.fence.permits(WriteKind::Revision) {
+                    return Err(HubError::NotLeader);
                 }
                 let stamp = parse_stamp(stamp)?;
                 let number = revision_number(name);
@@ -74,7 +78,7 @@ pub async fn act(
                 step,
             } => {
                 let Some(state) = input.revisions.get(revision) else {
-                    return Err(ReconcileError::MissingRevision {
+                    return Err(HubError::MissingRevision {
                         revision: revision.clone(),
                     });
                 };
@@ -85,7 +89,7 @@ pub async fn act(
             }
             Action::Rollback { region, revision } => {
                 let Some(state) = input.revisions.get(revision) else {
-                    return Err(ReconcileError::MissingRevision {
+                    return Err(HubError::MissingRevision {
                         revision: revision.clone(),
                     });
                 };
@@ -120,7 +124,11 @@ pub async fn act(
                 type_,
                 reason,
                 message,
-            } => publish_event(&ctx.recorder, rollout, *type_, reason, message).await,
+            } => {
+                if ctx.fence.permits(WriteKind::Event) {
+                    publish_event(&ctx.recorder, rollout, *type_, reason, message).await;
+                }
+            }
         }
     }
     Ok(report)
@@ -153,7 +161,7 @@ async fn region_client(
     input: &ActInput<'_>,
     region_name: &str,
 ) -> Result<kube::Client, RegionError> {
-    if !(ctx.leading)() {
+    if !ctx.fence.permits(WriteKind::RegionObject) {
         return Err(RegionError::NotLeader);
     }
     let namespace = &input.rollout.spec.target.namespace;
@@ -165,7 +173,8 @@ async fn region_client(
     }
     let region = input
         .regions
-        .get(region_name)
+        .iter()
+        .find(|region| region.name_any() == region_name)
         .ok_or_else(|| RegionError::UnknownRegion {
             region: region_name.to_owned(),
         })?;
@@ -196,7 +205,7 @@ async fn merge(
         rollout: Some(&rollout_ref),
         revision: Some(revision),
         adopt: input.rollout.spec.target.adopt && input.grant.adoption,
-        may_write: ctx.leading.as_ref(),
+        may_write: &|| ctx.fence.permits(WriteKind::RegionObject),
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {
@@ -215,7 +224,6 @@ fn record(
 ) {
     match result {
         Ok(materialized) => {
-            report.region_merges += 1;
             report.region_writes += materialized.writes;
             tracing::info!(
                 region,
@@ -227,11 +235,11 @@ fn record(
             );
         }
         Err(error) => {
-            report.region_failures += 1;
             tracing::warn!(region, revision, operation, %error, "region merge failed");
-            report
-                .failed_regions
-                .push((region.to_owned(), format!("{operation}: {error}")));
+            report.outcome.failed_regions.push(FailedRegion {
+                region: region.to_owned(),
+                error: format!("{operation}: {error}"),
+            });
         }
     }
 }
@@ -282,10 +290,9 @@ pub fn revision_number(name: &str) -> i64 {
         .unwrap_or(0)
 }
 
-fn parse_stamp(text: &str) -> Result<Stamp, ReconcileError> {
-    text.parse::<Stamp>()
-        .map_err(|source| ReconcileError::Encoding {
-            what: "fresh stamp",
-            reason: source.to_string(),
-        })
+fn parse_stamp(text: &str) -> Result<Stamp, HubError> {
+    text.parse::<Stamp>().map_err(|source| HubError::Encoding {
+        what: "fresh stamp",
+        reason: source.to_string(),
+    })
 }

@@ -7,30 +7,25 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::status_writer::STATUS_FIELD_MANAGER;
-use super::{HUB_CALL_TIMEOUT, ReconcileError, api_call, observe};
+use super::{HUB_CALL_TIMEOUT, HubError, WriteFence, api_call, fetch};
 use crate::api::{Region, RegionStatus};
-use crate::gates::prometheus::PrometheusEndpoints;
 use crate::regions::clients::RegionClients;
+use crate::telemetry::metrics::WriteKind;
 
-/// Probes every Region once, refreshes the Prometheus endpoints gates use, and writes
-/// each Region's status when it changed and `leading` says this replica may write.
+/// Probes every Region once and writes each Region's status when it changed, if the
+/// fence lets this replica write.
 pub async fn probe_all(
     hub: &kube::Client,
     clients: &RegionClients,
-    endpoints: &PrometheusEndpoints,
-    leading: bool,
-) -> Result<(), ReconcileError> {
-    let regions = observe::regions(hub).await?;
+    fence: &WriteFence,
+) -> Result<(), HubError> {
+    let regions = fetch::regions(hub).await?;
     let probes = regions.iter().map(|region| async move {
         let status = probe(clients, region).await;
         (region, status)
     });
     for (region, status) in futures::future::join_all(probes).await {
-        endpoints.set(
-            &region.name_any(),
-            region.spec.prometheus.as_ref().map(|p| p.url.clone()),
-        );
-        if leading && changed(region.status.as_ref(), &status) {
+        if changed(region.status.as_ref(), &status) && fence.permits(WriteKind::RegionStatus) {
             write(hub, region, &status).await?;
         }
     }
@@ -82,11 +77,7 @@ fn changed(before: Option<&RegionStatus>, after: &RegionStatus) -> bool {
         || stale_contact
 }
 
-async fn write(
-    hub: &kube::Client,
-    region: &Region,
-    status: &RegionStatus,
-) -> Result<(), ReconcileError> {
+async fn write(hub: &kube::Client, region: &Region, status: &RegionStatus) -> Result<(), HubError> {
     let api: Api<Region> = Api::all(hub.clone());
     let patch = json!({
         "apiVersion": "configrollout.dev/v1alpha1",

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use super::{ReconcileError, api_call};
+use super::{HubError, api_call};
 use crate::api::ConfigRollout;
 use crate::crdt;
 use crate::regions::publication::{RevisionState, encode_revision};
@@ -48,7 +48,7 @@ impl RevisionStore {
     pub async fn load(
         &self,
         rollout: &ConfigRollout,
-    ) -> Result<BTreeMap<String, RevisionState>, ReconcileError> {
+    ) -> Result<BTreeMap<String, RevisionState>, HubError> {
         let selector = format!("{ROLLOUT_LABEL}={}", rollout.name_any());
         let list = api_call(
             "list revisions",
@@ -73,10 +73,10 @@ impl RevisionStore {
         rollout: &ConfigRollout,
         revision: &RevisionState,
         number: i64,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), HubError> {
         let name = object_name(rollout, &revision.name)?;
         let (state, previous) =
-            encode_revision(revision).map_err(|source| ReconcileError::RevisionTooLarge {
+            encode_revision(revision).map_err(|source| HubError::RevisionTooLarge {
                 revision: revision.name.clone(),
                 reason: source.to_string(),
             })?;
@@ -85,7 +85,7 @@ impl RevisionStore {
             state,
             previous,
         };
-        let data = serde_json::to_value(&stored).map_err(|source| ReconcileError::Encoding {
+        let data = serde_json::to_value(&stored).map_err(|source| HubError::Encoding {
             what: "revision",
             reason: source.to_string(),
         })?;
@@ -130,7 +130,7 @@ impl RevisionStore {
         rollout: &ConfigRollout,
         stored: &BTreeMap<String, RevisionState>,
         keep: impl Fn(&str) -> bool,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), HubError> {
         for name in stored.keys().filter(|name| !keep(name)) {
             let object = object_name(rollout, name)?;
             api_call(
@@ -143,10 +143,10 @@ impl RevisionStore {
     }
 }
 
-fn object_name(rollout: &ConfigRollout, revision: &str) -> Result<String, ReconcileError> {
+fn object_name(rollout: &ConfigRollout, revision: &str) -> Result<String, HubError> {
     let name = format!("{}-{revision}", rollout.name_any());
     if name.len() > 253 {
-        return Err(ReconcileError::NameTooLong { name });
+        return Err(HubError::NameTooLong { name });
     }
     Ok(name)
 }
@@ -159,9 +159,9 @@ fn owned_by(object: &ControllerRevision, rollout: &ConfigRollout) -> bool {
         .any(|owner| Some(owner.uid.as_str()) == uid)
 }
 
-fn decode(object: &ControllerRevision) -> Result<RevisionState, ReconcileError> {
+fn decode(object: &ControllerRevision) -> Result<RevisionState, HubError> {
     let object_name = object.name_any();
-    let bad = |reason: String| ReconcileError::MalformedRevision {
+    let bad = |reason: String| HubError::MalformedRevision {
         object: object_name.clone(),
         reason,
     };

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::api::{RolloutPhase, SampleVerdict};
+use crate::engine::SampleTally;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -83,6 +84,76 @@ impl LabelValue for WriteResult {
             WriteResult::Conflict => 1,
             WriteResult::Error => 2,
         }
+    }
+}
+
+/// What kind of failure ended a reconcile, which also decides when it is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCategory {
+    /// An API call failed or timed out: retried soon.
+    Api,
+    /// Something stored is malformed or cannot be stored: retried late, or when the
+    /// rollout changes.
+    Invalid,
+    /// This replica stopped holding the Lease mid-reconcile.
+    NotLeader,
+}
+
+impl LabelValue for ErrorCategory {
+    const LABEL: &'static str = "category";
+    const ALL: &'static [Self] = &[
+        ErrorCategory::Api,
+        ErrorCategory::Invalid,
+        ErrorCategory::NotLeader,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorCategory::Api => "api",
+            ErrorCategory::Invalid => "invalid",
+            ErrorCategory::NotLeader => "not_leader",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a write was about to change, for writes dropped because this replica did not hold
+/// the Lease at that moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    /// A ConfigRollout's status.
+    RolloutStatus,
+    /// A Region's status.
+    RegionStatus,
+    /// A stored revision (ControllerRevision).
+    Revision,
+    /// A target ConfigMap or a consumer workload in a region.
+    RegionObject,
+    /// An Event on a rollout.
+    Event,
+}
+
+impl LabelValue for WriteKind {
+    const LABEL: &'static str = "write";
+    const ALL: &'static [Self] = &[
+        WriteKind::RolloutStatus,
+        WriteKind::RegionStatus,
+        WriteKind::Revision,
+        WriteKind::RegionObject,
+        WriteKind::Event,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            WriteKind::RolloutStatus => "rollout_status",
+            WriteKind::RegionStatus => "region_status",
+            WriteKind::Revision => "revision",
+            WriteKind::RegionObject => "region_object",
+            WriteKind::Event => "event",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -344,11 +415,31 @@ impl Histogram {
     }
 }
 
+/// What one reconcile did, for [`Metrics::record_reconcile`]. Filled in as the reconcile
+/// goes, so that a reconcile failing half-way still counts the work it did.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileRecord {
+    /// Time the reconcile took.
+    pub duration: Duration,
+    /// What ended it, if it failed.
+    pub error: Option<ErrorCategory>,
+    /// Writes made in regions.
+    pub region_writes: u32,
+    /// Region merges that failed.
+    pub region_write_failures: u32,
+    /// Gate samples judged, by verdict.
+    pub samples_judged: SampleTally,
+    /// The status patch's result and duration, when one was sent.
+    pub status_patch: Option<(WriteResult, Duration)>,
+}
+
 /// Every metric of the controller. Share it as `Arc<Metrics>`.
 #[derive(Debug)]
 pub struct Metrics {
     /// Reconciles by result.
     pub reconcile_total: CounterVec<ReconcileResult>,
+    /// Failed reconciles by category.
+    pub reconcile_errors_total: CounterVec<ErrorCategory>,
     /// Reconcile duration.
     pub reconcile_duration_seconds: Histogram,
     /// Writes to region objects by result.
@@ -359,6 +450,8 @@ pub struct Metrics {
     pub status_patch_duration_seconds: Histogram,
     /// Gate samples by verdict.
     pub gate_samples_total: CounterVec<SampleVerdict>,
+    /// Writes not sent because this replica did not hold the Lease, by what they changed.
+    pub writes_dropped_total: CounterVec<WriteKind>,
     /// 1 while this process holds the Lease.
     pub leader: Gauge,
     /// Rollouts per phase.
@@ -376,13 +469,45 @@ impl Metrics {
     pub fn new() -> Self {
         Metrics {
             reconcile_total: CounterVec::default(),
+            reconcile_errors_total: CounterVec::default(),
             reconcile_duration_seconds: Histogram::new(LATENCY_BUCKETS),
             region_writes_total: CounterVec::default(),
             status_patches_total: CounterVec::default(),
             status_patch_duration_seconds: Histogram::new(LATENCY_BUCKETS),
             gate_samples_total: CounterVec::default(),
+            writes_dropped_total: CounterVec::default(),
             leader: Gauge::default(),
             rollouts: GaugeVec::default(),
+        }
+    }
+
+    /// Records one reconcile: every metric a reconcile moves is moved here.
+    pub fn record_reconcile(&self, record: &ReconcileRecord) {
+        self.reconcile_duration_seconds
+            .observe_duration(record.duration);
+        match record.error {
+            None => self.reconcile_total.inc(ReconcileResult::Ok),
+            Some(category) => {
+                self.reconcile_total.inc(ReconcileResult::Error);
+                self.reconcile_errors_total.inc(category);
+            }
+        }
+        self.region_writes_total
+            .add(WriteResult::Ok, u64::from(record.region_writes));
+        self.region_writes_total
+            .add(WriteResult::Error, u64::from(record.region_write_failures));
+        let samples = record.samples_judged;
+        for (verdict, count) in [
+            (SampleVerdict::Successful, samples.successful),
+            (SampleVerdict::Failed, samples.failed),
+            (SampleVerdict::Inconclusive, samples.inconclusive),
+        ] {
+            self.gate_samples_total.add(verdict, u64::from(count));
+        }
+        if let Some((result, duration)) = record.status_patch {
+            self.status_patches_total.inc(result);
+            self.status_patch_duration_seconds
+                .observe_duration(duration);
         }
     }
 
@@ -393,6 +518,11 @@ impl Metrics {
             &mut out,
             "configrollout_reconcile_total",
             "Reconciles of ConfigRollouts, by result.",
+        );
+        self.reconcile_errors_total.render(
+            &mut out,
+            "configrollout_reconcile_errors_total",
+            "Failed reconciles of ConfigRollouts, by category.",
         );
         self.reconcile_duration_seconds.render(
             &mut out,
@@ -418,6 +548,11 @@ impl Metrics {
             &mut out,
             "configrollout_gate_samples_total",
             "Metric gate samples taken, by verdict.",
+        );
+        self.writes_dropped_total.render(
+            &mut out,
+            "configrollout_writes_dropped_total",
+            "Writes not sent because this replica did not hold the leader Lease, by kind.",
         );
         self.leader.render(
             &mut out,
@@ -592,6 +727,8 @@ mod tests {
             "# TYPE configrollout_reconcile_total counter",
             "configrollout_reconcile_total{result=\"ok\"} 2",
             "configrollout_reconcile_total{result=\"error\"} 0",
+            "configrollout_reconcile_errors_total{category=\"not_leader\"} 0",
+            "configrollout_writes_dropped_total{write=\"region_object\"} 0",
             "# TYPE configrollout_reconcile_duration_seconds histogram",
             "configrollout_reconcile_duration_seconds_bucket{le=\"0.005\"} 0",
             "configrollout_reconcile_duration_seconds_bucket{le=\"+Inf\"} 0",
@@ -620,7 +757,7 @@ mod tests {
             .filter_map(|line| line.strip_prefix("# TYPE "))
             .filter_map(|line| line.split(' ').next())
             .collect();
-        assert_eq!(families.len(), 8);
+        assert_eq!(families.len(), 10);
         for sample in text.lines().filter(|line| !line.starts_with('#')) {
             assert!(
                 families.iter().any(|family| sample.starts_with(family)),
@@ -637,5 +774,35 @@ mod tests {
         assert_eq!(float(f64::NAN), "NaN");
         assert_eq!(float(0.25), "0.25");
         assert_eq!(float(10.0), "10");
+    }
+
+    #[test]
+    fn one_record_moves_every_metric_a_reconcile_moves() {
+        let metrics = Metrics::new();
+        metrics.record_reconcile(&ReconcileRecord {
+            duration: Duration::from_millis(40),
+            error: Some(ErrorCategory::Invalid),
+            region_writes: 3,
+            region_write_failures: 1,
+            samples_judged: SampleTally {
+                successful: 2,
+                failed: 1,
+                inconclusive: 0,
+            },
+            status_patch: Some((WriteResult::Conflict, Duration::from_millis(5))),
+        });
+        assert_eq!(metrics.reconcile_total.get(ReconcileResult::Error), 1);
+        assert_eq!(
+            metrics.reconcile_errors_total.get(ErrorCategory::Invalid),
+            1
+        );
+        assert_eq!(metrics.region_writes_total.get(WriteResult::Ok), 3);
+        assert_eq!(metrics.region_writes_total.get(WriteResult::Error), 1);
+        assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Successful), 2);
+        assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Failed), 1);
+        assert_eq!(metrics.status_patches_total.get(WriteResult::Conflict), 1);
+        let text = metrics.render();
+        assert!(text.contains("configrollout_reconcile_duration_seconds_count 1\n"));
+        assert!(text.contains("configrollout_status_patch_duration_seconds_count 1\n"));
     }
 }

@@ -331,23 +331,27 @@ async fn restored_at(region: Client, name: String) -> BenchResult<std::time::Sys
 /// Latency of `n` gate samples through the controller's own provider.
 async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
     use configrollout::gates::GateProvider;
-    use configrollout::gates::prometheus::{
-        PrometheusEndpoints, PrometheusProvider, ResponseLimits,
-    };
+    use configrollout::gates::SampleSource;
+    use configrollout::gates::prometheus::{PrometheusProvider, ResponseLimits};
     let http = reqwest::Client::builder()
         .timeout(configrollout::gates::prometheus::QUERY_TIMEOUT)
         .build()
         .map_err(|e| e.to_string())?;
-    let provider = PrometheusProvider::new(
-        http,
-        PrometheusEndpoints::new(Some(lab.prometheus_url())),
-        ResponseLimits::default(),
-    );
+    let provider =
+        PrometheusProvider::new(http, Some(lab.prometheus_url()), ResponseLimits::default());
     let query = ERROR_RATIO.replace("{{region}}", "region-1");
     let mut latencies = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        let result = provider.sample(Some("region-1"), &query).await;
+        let result = provider
+            .sample(
+                SampleSource {
+                    region: Some("region-1"),
+                    url: None,
+                },
+                &query,
+            )
+            .await;
         latencies.push(started.elapsed());
         if let configrollout::gates::QueryResult::Error(error) = result {
             return Err(format!("gate sample failed: {error}"));

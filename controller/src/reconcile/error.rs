@@ -1,0 +1,161 @@
+//! Why a reconcile could not finish: the step that failed ([`ReconcileError`]) around
+//! what went wrong in it ([`HubError`]). Messages carry object names and HTTP reasons,
+//! never configuration values.
+
+use std::time::Duration;
+
+use crate::api_call::CallError;
+use crate::telemetry::metrics::ErrorCategory;
+
+/// How long to wait before retrying a reconcile that failed on an API call.
+pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
+/// How long to wait before retrying a reconcile that failed on something that only a
+/// change can fix; a change of the rollout reconciles it at once anyway.
+pub const INVALID_REQUEUE: Duration = Duration::from_secs(300);
+
+/// A reconcile that failed, by the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Reading the rollout's inputs from the hub.
+    #[error("reading the hub: {0}")]
+    Fetch(#[source] HubError),
+    /// Checking the inputs before any region is read.
+    #[error("validating: {0}")]
+    Validate(#[source] HubError),
+    /// Reading the regions (and the hub objects region findings name).
+    #[error("observing: {0}")]
+    Observe(#[source] HubError),
+    /// Carrying out the engine's actions.
+    #[error("acting: {0}")]
+    Act(#[source] HubError),
+    /// Writing the rollout's status.
+    #[error("writing status: {0}")]
+    WriteStatus(#[source] HubError),
+    /// Deleting revisions the status no longer names.
+    #[error("pruning revisions: {0}")]
+    Prune(#[source] HubError),
+}
+
+impl ReconcileError {
+    /// What went wrong, whatever the step.
+    pub fn cause(&self) -> &HubError {
+        match self {
+            ReconcileError::Fetch(cause)
+            | ReconcileError::Validate(cause)
+            | ReconcileError::Observe(cause)
+            | ReconcileError::Act(cause)
+            | ReconcileError::WriteStatus(cause)
+            | ReconcileError::Prune(cause) => cause,
+        }
+    }
+
+    /// The metric label, and the retry policy.
+    pub fn category(&self) -> ErrorCategory {
+        self.cause().category()
+    }
+
+    /// When to reconcile again.
+    pub fn retry_after(&self) -> Duration {
+        match self.category() {
+            ErrorCategory::Api | ErrorCategory::NotLeader => ERROR_REQUEUE,
+            ErrorCategory::Invalid => INVALID_REQUEUE,
+        }
+    }
+}
+
+/// What went wrong talking to the hub or handling what it holds.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// A call to the hub's API server failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// A stored revision does not decode.
+    #[error("stored revision {object} is malformed: {reason}")]
+    MalformedRevision {
+        /// ControllerRevision name.
+        object: String,
+        /// What is wrong (no values).
+        reason: String,
+    },
+    /// A revision's state does not fit in one object.
+    #[error("revision {revision} does not fit in a ControllerRevision: {reason}")]
+    RevisionTooLarge {
+        /// Revision name.
+        revision: String,
+        /// The encoder's error.
+        reason: String,
+    },
+    /// Something could not be serialised.
+    #[error("encoding {what}: {reason}")]
+    Encoding {
+        /// What.
+        what: &'static str,
+        /// The serializer's error.
+        reason: String,
+    },
+    /// A derived object name exceeds the API server's limit.
+    #[error("object name {name:?} is longer than 253 characters")]
+    NameTooLong {
+        /// The name.
+        name: String,
+    },
+    /// This replica does not hold the Lease: it must not write.
+    #[error("not the leader: not written")]
+    NotLeader,
+    /// An action names a revision that is not stored.
+    #[error("revision {revision} is not stored in the hub")]
+    MissingRevision {
+        /// Revision name.
+        revision: String,
+    },
+    /// The rollout's namespace or name cannot form a writer id.
+    #[error("rollout cannot form a writer id: {reason}")]
+    Writer {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl HubError {
+    /// The metric label, and the retry policy.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            HubError::Call(_) => ErrorCategory::Api,
+            HubError::NotLeader => ErrorCategory::NotLeader,
+            HubError::MalformedRevision { .. }
+            | HubError::RevisionTooLarge { .. }
+            | HubError::Encoding { .. }
+            | HubError::NameTooLong { .. }
+            | HubError::MissingRevision { .. }
+            | HubError::Writer { .. } => ErrorCategory::Invalid,
+        }
+    }
+
+    /// Whether the hub refused a write because the object changed since it was read.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, HubError::Call(error) if error.is_conflict())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_only_a_change_can_fix_is_retried_late_and_the_rest_soon() {
+        let invalid = ReconcileError::Act(HubError::RevisionTooLarge {
+            revision: "r3".into(),
+            reason: "1.6 MB".into(),
+        });
+        assert_eq!(invalid.category(), ErrorCategory::Invalid);
+        assert_eq!(invalid.retry_after(), INVALID_REQUEUE);
+        assert_eq!(
+            invalid.to_string(),
+            "acting: revision r3 does not fit in a ControllerRevision: 1.6 MB"
+        );
+
+        let deposed = ReconcileError::WriteStatus(HubError::NotLeader);
+        assert_eq!(deposed.category(), ErrorCategory::NotLeader);
+        assert_eq!(deposed.retry_after(), ERROR_REQUEUE);
+    }
+}

@@ -1,0 +1,164 @@
+//! Reading a rollout's inputs from the hub: the grant on its Namespace, its desired data,
+//! the Regions, its approvals and its stored revisions. Nothing here writes, and nothing
+//! here reads a region.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use super::revision_store::RevisionStore;
+use super::{Context, HubError, api_call};
+use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
+use crate::api::{ConfigRollout, Region, StageApproval};
+use crate::engine::{ApprovalObservation, Control, Grant};
+use crate::regions::publication::RevisionState;
+
+/// Everything a reconcile reads from the hub.
+pub struct Fetched {
+    /// What the rollout's namespace may reach.
+    pub grant: Grant,
+    /// Why the grant annotations could not be read, if so (the default grant applies).
+    pub grant_error: Option<String>,
+    /// The desired data, or why it cannot be had.
+    pub desired: Result<BTreeMap<String, String>, String>,
+    /// Every Region.
+    pub regions: Vec<Region>,
+    /// The StageApprovals naming the rollout.
+    pub approvals: Vec<ApprovalObservation>,
+    /// Where the rollout's revisions are stored.
+    pub store: RevisionStore,
+    /// The stored revisions, by name.
+    pub revisions: BTreeMap<String, RevisionState>,
+}
+
+/// Reads the rollout's inputs, concurrently, and moves the clock past every stored
+/// revision's stamp.
+pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, HubError> {
+    let namespace = rollout.namespace().unwrap_or_default();
+    let store = RevisionStore::new(ctx.hub.clone(), &namespace);
+    let ((grant, grant_error), desired, regions, approvals, revisions) = futures::try_join!(
+        grant(&ctx.hub, &namespace),
+        desired_data(&ctx.hub, rollout),
+        regions(&ctx.hub),
+        approvals(&ctx.hub, rollout),
+        store.load(rollout),
+    )?;
+    for revision in revisions.values() {
+        ctx.observe_stamp(&revision.stamp);
+    }
+    Ok(Fetched {
+        grant,
+        grant_error,
+        desired,
+        regions,
+        approvals,
+        store,
+        revisions,
+    })
+}
+
+/// The desired data of a rollout, or why it cannot be had (reported as `InvalidSpec`).
+async fn desired_data(
+    hub: &Client,
+    rollout: &ConfigRollout,
+) -> Result<Result<BTreeMap<String, String>, String>, HubError> {
+    if let Some(data) = &rollout.spec.data {
+        return Ok(Ok(data.clone()));
+    }
+    let Some(source) = &rollout.spec.from_config_map else {
+        return Ok(Err(
+            "spec: one of data or fromConfigMap is required".to_owned()
+        ));
+    };
+    let namespace = rollout.namespace().unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(hub.clone(), &namespace);
+    match api_call("read fromConfigMap", api.get_opt(&source.name)).await? {
+        Some(config_map) => Ok(Ok(config_map.data.unwrap_or_default())),
+        None => Ok(Err(format!(
+            "spec.fromConfigMap.name: ConfigMap {namespace}/{} does not exist",
+            source.name
+        ))),
+    }
+}
+
+/// The StageApprovals naming `rollout`.
+async fn approvals(
+    hub: &Client,
+    rollout: &ConfigRollout,
+) -> Result<Vec<ApprovalObservation>, HubError> {
+    let namespace = rollout.namespace().unwrap_or_default();
+    let api: Api<StageApproval> = Api::namespaced(hub.clone(), &namespace);
+    let list = api_call("list approvals", api.list(&ListParams::default())).await?;
+    let name = rollout.name_any();
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|approval| approval.spec.rollout == name)
+        .map(|approval| ApprovalObservation {
+            name: approval.name_any(),
+            rollout_uid: approval.spec.rollout_uid.clone(),
+            stage: approval.spec.stage.clone(),
+            revision: approval.spec.revision.clone(),
+            revision_digest: approval.spec.revision_digest.clone(),
+            approver: approval.spec.approver.clone(),
+            reason: approval.spec.reason.clone(),
+            created_at: approval
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|time| from_k8s_time(&time.0))
+                .unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Every Region of the hub.
+pub async fn regions(hub: &Client) -> Result<Vec<Region>, HubError> {
+    let api: Api<Region> = Api::all(hub.clone());
+    Ok(api_call("list regions", api.list(&ListParams::default()))
+        .await?
+        .items)
+}
+
+/// What the rollout's namespace may reach: the grant on its hub Namespace, or, when an
+/// annotation there is malformed, the default grant and the error (reported as
+/// `InvalidSpec`, so nothing is written until a platform admin fixes it).
+async fn grant(hub: &Client, namespace: &str) -> Result<(Grant, Option<String>), HubError> {
+    let api: Api<Namespace> = Api::all(hub.clone());
+    let object = api_call("read rollout namespace", api.get(namespace)).await?;
+    Ok(
+        match Grant::from_annotations(namespace, object.annotations()) {
+            Ok(grant) => (grant, None),
+            Err(error) => (Grant::own_namespace(namespace), Some(error.to_string())),
+        },
+    )
+}
+
+/// The operator commands on a rollout's annotations. An unparsable time is ignored (and
+/// logged): acting on a command nobody can date would break "acted on once".
+pub fn control(rollout: &ConfigRollout) -> Control {
+    let requested_at = |annotation: &str| {
+        let text = rollout.annotations().get(annotation)?;
+        match DateTime::parse_from_rfc3339(text) {
+            Ok(at) => Some(at.with_timezone(&Utc)),
+            Err(_) => {
+                tracing::warn!(
+                    annotation,
+                    "ignoring operator command whose time is not RFC 3339"
+                );
+                None
+            }
+        }
+    };
+    Control {
+        abort_requested_at: requested_at(ABORT_ANNOTATION),
+        retry_requested_at: requested_at(RETRY_ANNOTATION),
+    }
+}
+
+fn from_k8s_time(time: &k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(time.as_millisecond()).unwrap_or_default()
+}

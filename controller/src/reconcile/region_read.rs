@@ -1,0 +1,254 @@
+//! Reading one region: what its replica of the target holds of the rollout, who else
+//! writes there, and how far its consumers got. Nothing here writes.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use super::Context;
+use crate::api::{ConfigRollout, ExpandContract, Region, RevisionStep, TargetRef};
+use crate::crdt::{Stamp, WriterId, WriterKind};
+use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
+use crate::gates::{SampleSource, TemplateValues, render};
+use crate::regions::consumers::{self, activated_from, restart_marker};
+use crate::regions::publication::{RevisionState, evidence};
+use crate::regions::store::{self, Ownership};
+
+/// Who writes what in a region's target, beyond the evidence the engine reads.
+#[derive(Debug, Clone, Default)]
+pub struct TargetFindings {
+    /// The target exists and configrollout does not manage it.
+    pub unmanaged: bool,
+    /// Keys this rollout declares whose winning write there is another rollout's, by that
+    /// rollout's writer id.
+    pub keys_of_other_rollouts: BTreeMap<WriterId, Vec<String>>,
+}
+
+/// What one region holds of the rollout.
+pub struct ObservedRegion {
+    /// What the engine sees.
+    pub observation: RegionObservation,
+    /// What decides whether the rollout may write there at all.
+    pub findings: TargetFindings,
+    /// The latest stamp in the region's replica within the drift bound: the clock moves
+    /// past it before a revision is stamped, so a new revision is never stamped below
+    /// what a region already holds.
+    pub latest_stamp: Option<Stamp>,
+}
+
+/// The rollout reading a region: its identity and what it declares.
+pub struct Reader<'a> {
+    /// The rollout's writer id.
+    pub writer: &'a WriterId,
+    /// The keys it declares now.
+    pub declared: &'a BTreeMap<String, String>,
+    /// Stamps after this wall-clock time (ms) are further ahead than the clock's drift
+    /// bound allows.
+    pub stamp_bound_ms: u64,
+}
+
+/// What one region holds of the rollout's current revision. `stage` is the stage that
+/// covers the region (for `{{stage}}` in activation queries).
+pub async fn read_region(
+    ctx: &Context,
+    rollout: &ConfigRollout,
+    region: &Region,
+    stage: &str,
+    reader: &Reader<'_>,
+    current: Option<&RevisionState>,
+) -> ObservedRegion {
+    let target = &rollout.spec.target;
+    let mut observation = RegionObservation {
+        name: region.name_any(),
+        labels: region.labels().clone(),
+        ..RegionObservation::default()
+    };
+    let mut findings = TargetFindings::default();
+    let mut latest_stamp = None;
+    let client = match ctx.region_clients.client(region).await {
+        Ok(client) => client,
+        Err(error) => {
+            observation.last_error = Some(error.to_string());
+            return ObservedRegion {
+                observation,
+                findings,
+                latest_stamp: None,
+            };
+        }
+    };
+    match store::inspect(&client, &ctx.digest_key, &target.namespace, &target.name).await {
+        Ok(inspection) => {
+            observation.reachable = true;
+            findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
+            findings.keys_of_other_rollouts = keys_of_other_rollouts(&inspection.replica, reader);
+            let (latest, future) = stamps(&inspection.replica, reader, current);
+            latest_stamp = latest;
+            observation.future_stamped_keys = future;
+            observation.drifted_keys = inspection.drifted_keys.clone();
+            observation.overridden_keys = inspection.overridden_keys.clone();
+            if let Some(revision) = current {
+                let two_pass = rollout.spec.strategy.expand_contract == ExpandContract::Auto
+                    && revision.removes_keys();
+                let found = evidence(
+                    &inspection.replica,
+                    revision,
+                    two_pass,
+                    reader.stamp_bound_ms,
+                );
+                observation.applied = found.applied.map(|step| AppliedRevision {
+                    revision: revision.name.clone(),
+                    step,
+                    digest: inspection.digest.clone(),
+                });
+                observation.rolled_back = found.rolled_back.then(|| revision.name.clone());
+                if let Some(pass) = found.applied
+                    && !rollout.spec.consumers.is_empty()
+                {
+                    let scope = ConsumerScope {
+                        ctx,
+                        rollout,
+                        region: &observation.name,
+                        prometheus: prometheus_url(region),
+                        stage,
+                    };
+                    match consumer_counts(&client, &scope, &revision.name, pass).await {
+                        Ok(counts) => observation.consumers = Some(counts),
+                        Err(error) => observation.last_error = Some(error.to_string()),
+                    }
+                }
+            }
+        }
+        Err(error) => {
+            observation.reachable = !error.is_unreachable();
+            observation.last_error = Some(error.to_string());
+        }
+    }
+    ObservedRegion {
+        observation,
+        findings,
+        latest_stamp,
+    }
+}
+
+/// The latest stamp of `replica` within the drift bound, and how many of the rollout's
+/// keys (declared now, or held by its current revision) carry a stamp beyond it.
+fn stamps(
+    replica: &crate::crdt::Replica,
+    reader: &Reader<'_>,
+    current: Option<&RevisionState>,
+) -> (Option<Stamp>, u32) {
+    let mut latest: Option<&Stamp> = None;
+    let mut future = 0_u32;
+    for (key, entry) in replica.iter() {
+        if entry.stamp.wall_ms > reader.stamp_bound_ms {
+            let ours = reader.declared.contains_key(key)
+                || current.is_some_and(|revision| revision.state.get(key).is_some());
+            if ours {
+                future = future.saturating_add(1);
+            }
+        } else if latest.is_none_or(|latest| entry.stamp > *latest) {
+            latest = Some(&entry.stamp);
+        }
+    }
+    (latest.cloned(), future)
+}
+
+/// The keys `reader` declares whose live winning entry in `replica` is another rollout's.
+fn keys_of_other_rollouts(
+    replica: &crate::crdt::Replica,
+    reader: &Reader<'_>,
+) -> BTreeMap<WriterId, Vec<String>> {
+    let mut found: BTreeMap<WriterId, Vec<String>> = BTreeMap::new();
+    for key in reader.declared.keys() {
+        if let Some(entry) = replica.get(key)
+            && !entry.is_tombstone()
+            && entry.stamp.writer.kind() == WriterKind::Rollout
+            && &entry.stamp.writer != reader.writer
+        {
+            found
+                .entry(entry.stamp.writer.clone())
+                .or_default()
+                .push(key.clone());
+        }
+    }
+    found
+}
+
+/// Counts the region's consumers of `revision` at `pass`: instances from the workloads'
+/// status, delivered from their template and status, activated from each consumer's
+/// `activationQuery` (delivered, for a consumer that has none). An activation query that
+/// cannot be answered counts nobody activated: the stage waits rather than passes.
+async fn consumer_counts(
+    client: &kube::Client,
+    scope: &ConsumerScope<'_>,
+    revision: &str,
+    pass: RevisionStep,
+) -> Result<ConsumerObservation, crate::regions::RegionError> {
+    let target: &TargetRef = &scope.rollout.spec.target;
+    let marker = restart_marker(revision, pass);
+    let mut observed = ConsumerObservation {
+        revision: revision.to_owned(),
+        step: pass,
+        total: 0,
+        delivered: 0,
+        activated: 0,
+        restart_pending: false,
+    };
+    for consumer in &scope.rollout.spec.consumers {
+        let workloads = consumers::workloads(client, &target.namespace, consumer).await?;
+        let counted = consumers::count(consumer, &workloads, &marker);
+        let activated = match &consumer.activation_query {
+            None => counted.delivered,
+            Some(template) => {
+                let values = TemplateValues {
+                    region: scope.region,
+                    revision,
+                    stage: scope.stage,
+                };
+                // The template was checked when the spec was validated.
+                match render(template, &values) {
+                    Ok(query) => {
+                        let result = scope.ctx.gates.sample(scope.source(), &query).await;
+                        activated_from(&result, counted.total).unwrap_or(0)
+                    }
+                    Err(_) => 0,
+                }
+            }
+        };
+        observed.total = observed.total.saturating_add(counted.total);
+        observed.delivered = observed.delivered.saturating_add(counted.delivered);
+        observed.activated = observed.activated.saturating_add(activated);
+        observed.restart_pending |= counted.restart_pending;
+    }
+    Ok(observed)
+}
+
+/// Where a region's consumers are counted, and where their activation queries run.
+struct ConsumerScope<'a> {
+    ctx: &'a Context,
+    rollout: &'a ConfigRollout,
+    /// The region's name.
+    region: &'a str,
+    /// The Prometheus URL the region names, if any.
+    prometheus: Option<&'a str>,
+    /// The stage covering the region.
+    stage: &'a str,
+}
+
+impl ConsumerScope<'_> {
+    fn source(&self) -> SampleSource<'_> {
+        SampleSource {
+            region: Some(self.region),
+            url: self.prometheus,
+        }
+    }
+}
+
+/// The Prometheus URL `region` names (`spec.prometheus.url`), if any.
+pub fn prometheus_url(region: &Region) -> Option<&str> {
+    region
+        .spec
+        .prometheus
+        .as_ref()
+        .map(|prometheus| prometheus.url.as_str())
+}
