@@ -1,8 +1,9 @@
 //! configrollout: roll out configuration revisions across regional clusters, stage by
 //! stage, as CRDT deltas. See `DESIGN.md` in the steering repository for the contract.
 //!
-//! `crdt`, `engine` and `gates` are pure (no IO, no clock of their own); `regions` and
-//! `reconcile` hold every API call.
+//! `api`, `crdt`, `engine` and `gates` are pure (no IO, no clock of their own); the
+//! module map, the steps of one reconcile and the rule for which module may call the
+//! network are in `controller/README.md`.
 
 pub mod api;
 pub mod api_call;
