@@ -7,7 +7,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::status_writer::STATUS_FIELD_MANAGER;
-use super::{HUB_CALL_TIMEOUT, HubError, WriteFence, api_call, fetch};
+use super::{HubError, WriteFence, api_call, fetch};
 use crate::api::{Region, RegionStatus};
 use crate::regions::clients::RegionClients;
 use crate::telemetry::metrics::WriteKind;
@@ -36,12 +36,14 @@ async fn probe(clients: &RegionClients, region: &Region) -> RegionStatus {
     let previous = region.status.clone().unwrap_or_default();
     let answer = match clients.client(region).await {
         Err(error) => Err(error.to_string()),
-        Ok(client) => {
-            crate::api_call::timed("read version", HUB_CALL_TIMEOUT, client.apiserver_version())
-                .await
-                .map(|info| info.git_version)
-                .map_err(|error| error.to_string())
-        }
+        Ok(client) => crate::api_call::timed(
+            "read version",
+            crate::regions::store::CALL_TIMEOUT,
+            client.apiserver_version(),
+        )
+        .await
+        .map(|info| info.git_version)
+        .map_err(|error| error.to_string()),
     };
     match answer {
         Ok(version) => RegionStatus {
