@@ -16,7 +16,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -451,8 +451,8 @@ async fn run_controller(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send
         .await;
 }
 
-fn error_policy(_: Arc<ConfigRollout>, error: &ReconcileError, _: Arc<Context>) -> Requeue {
-    Requeue::requeue(error.retry_after())
+fn error_policy(_: Arc<ConfigRollout>, error: &ReconcileError, _: Arc<Context>) -> Action {
+    Action::requeue(error.retry_after())
 }
 
 async fn probe_regions(ctx: Arc<Context>, stop: CancellationToken) {
