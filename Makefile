@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit crds crdcheck labcheck lab lab-bench demo controller-bench krew
+.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -17,6 +17,13 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --locked
+
+# The CRDT, engine, approval and tenancy properties at 100,000 cases each (release
+# build). SOAK_CASES=N changes the count.
+SOAK_CASES ?= 100000
+soak:
+	PROPTEST_CASES=$(SOAK_CASES) $(CARGO) test --locked --release -p configrollout \
+		--test crdt_properties --test engine_properties --test approval_properties --test tenancy_properties
 
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:

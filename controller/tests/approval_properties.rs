@@ -104,9 +104,7 @@ fn counts(attempt: &Attempt, four_eyes: bool) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(200)
-    ))]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(200)))]
 
     #[test]
     fn only_a_true_approval_opens_the_stage(

@@ -434,7 +434,7 @@ fn check_step(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(200)))]
 
     /// No region of stage k+1 receives a publish before stage k passed; a halted or paused
     /// rollout publishes nothing; a stage needing approval starts only after a matching
@@ -530,7 +530,7 @@ fn stamp(wall_ms: u64, writer: &WriterId) -> Stamp {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(100)))]
 
     /// Whatever overrides reach a region and whenever, the compensating delta the engine's
     /// Rollback asks for never changes a key whose winning write is not the revision's.

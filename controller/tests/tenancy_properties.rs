@@ -107,9 +107,7 @@ fn region_of(action: &Action) -> Option<&str> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(200)
-    ))]
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(200)))]
 
     #[test]
     fn no_sequence_of_specs_writes_outside_the_grant(

@@ -334,3 +334,12 @@ impl World {
             .map(|condition| condition.reason.clone())
     }
 }
+
+/// Proptest cases: `PROPTEST_CASES` when set (`make soak` sets 100,000), else `default`.
+#[allow(dead_code)]
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default)
+}
