@@ -13,13 +13,18 @@ use crate::regions::clients::RegionClients;
 use crate::telemetry::metrics::WriteKind;
 
 /// Probes every Region once and writes each Region's status when it changed, if the
-/// fence lets this replica write.
+/// fence lets this replica write. Clients of deleted Regions are dropped.
 pub async fn probe_all(
     hub: &kube::Client,
     clients: &RegionClients,
     fence: &WriteFence,
 ) -> Result<(), HubError> {
     let regions = fetch::regions(hub).await?;
+    clients.retain(
+        regions
+            .iter()
+            .filter_map(|region| region.metadata.name.as_deref()),
+    );
     let probes = regions.iter().map(|region| async move {
         let status = probe(clients, region).await;
         (region, status)

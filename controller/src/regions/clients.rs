@@ -269,6 +269,20 @@ impl RegionClients {
         }
     }
 
+    /// Forgets the clients of regions not in `existing` (deleted Regions), so that the
+    /// cache holds no more than the hub's Regions.
+    pub fn retain<'a>(&self, existing: impl IntoIterator<Item = &'a str>) {
+        let existing: std::collections::HashSet<&str> = existing.into_iter().collect();
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.retain(|name, _| existing.contains(name.as_str()));
+        }
+    }
+
+    /// How many region clients are cached.
+    pub fn cached_count(&self) -> usize {
+        self.cache.lock().map_or(0, |cache| cache.len())
+    }
+
     /// The client for `region`: the hub's own when the Region names no Secret.
     pub async fn client(&self, region: &Region) -> Result<Client, ClientError> {
         let Some(reference) = region.spec.kubeconfig_secret_ref.as_ref() else {
@@ -447,6 +461,27 @@ mod tests {
     /// A self-signed CA certificate (PEM, base64), so that an allowed kubeconfig builds a
     /// client.
     const CA_DATA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lVYTlNZHRlWjA2a1dhazF3OUVkRkpKOGhWbk9jd0NnWUlLb1pJemowRUF3SXcKRVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUI0WERUSTJNVEl3TXpBMk5UZzBORm9YRFRNMk1URXpNREEyTlRnMApORm93RVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUZrd0V3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFCnJqNzJJRW9EREhuaDd3V3hXbTMrNFVyRUFWazZaTFZRSC83dXFETzNLTkljbktTY01yYWZvdXNod29nOEJqcDkKcndLV0U2R0RzWldZUU16N1lSOVl2YU5UTUZFd0hRWURWUjBPQkJZRUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMApwdW9xTUI4R0ExVWRJd1FZTUJhQUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMHB1b3FNQThHQTFVZEV3RUIvd1FGCk1BTUJBZjh3Q2dZSUtvWkl6ajBFQXdJRFNBQXdSUUloQUlEcDlGU2FTOVI5NFNiOFFsWFFLL25HS0V6cExBUHoKSmhhUFhDQ1BVNmVqQWlBZ3YxNndHdXdEQlNURElYcEN1MGNkd1l0dEg1cDZQSGNRNVZidm5mWWVwQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
+
+    #[tokio::test]
+    async fn clients_of_deleted_regions_are_forgotten() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = || {
+            let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+            Client::try_from(config).unwrap()
+        };
+        let clients = RegionClients::new(client(), policy(false));
+        for name in ["eu-1", "us-1"] {
+            clients
+                .cache
+                .lock()
+                .unwrap()
+                .insert(name.to_owned(), (Some("1".to_owned()), client()));
+        }
+        clients.retain(["us-1", "ap-1"]);
+        assert_eq!(clients.cached_count(), 1);
+        assert!(clients.cached("us-1", Some("1")).is_some());
+        assert!(clients.cached("eu-1", Some("1")).is_none());
+    }
 
     fn policy(allow_unsafe_kubeconfig: bool) -> CredentialPolicy {
         CredentialPolicy {
