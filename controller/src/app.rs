@@ -6,7 +6,6 @@
 //! does is written after a standby takes over.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -365,9 +364,7 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
             return DigestKey::new(&bytes.0).map_err(|e| fail(e.to_string()));
         }
         let mut key = vec![0_u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut random| random.read_exact(&mut key))
-            .map_err(|e| fail(format!("no randomness: {e}")))?;
+        getrandom::fill(&mut key).map_err(|e| fail(format!("no randomness from the OS: {e}")))?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(options.digest_key_secret.clone()),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -20,7 +20,7 @@ use super::RegionError;
 use super::store::CALL_TIMEOUT;
 use crate::api::{Consumer, Delivery, RevisionStep, WorkloadKind};
 use crate::api_call;
-use crate::engine::selection::selector_matches;
+use crate::engine::selection::server_selector;
 use crate::gates::QueryResult;
 
 /// Pod template annotation whose change makes the workload's controller replace its pods
@@ -253,15 +253,18 @@ async fn matching<K: Workload>(
     let Some(selector) = &consumer.selector else {
         return Ok(Vec::new());
     };
-    // Selected in process with the same matcher as stage selectors, so both follow one
-    // reading of Kubernetes selector semantics.
-    let listed = call("list consumers", api.list(&ListParams::default())).await?;
-    Ok(listed
-        .items
-        .iter()
-        .filter(|object| selector_matches(selector, object.labels()))
-        .map(Workload::state)
-        .collect())
+    // Selected by the API server: only the matching workloads cross the network, not every
+    // workload of the namespace.
+    let selector = server_selector(selector).map_err(|source| RegionError::ConsumerSelector {
+        kind: K::kind(&()).into_owned(),
+        source,
+    })?;
+    let listed = call(
+        "list consumers",
+        api.list(&ListParams::default().labels_from(&selector)),
+    )
+    .await?;
+    Ok(listed.items.iter().map(Workload::state).collect())
 }
 
 fn state_of<K: Resource>(
@@ -383,6 +386,102 @@ mod tests {
         assert_eq!(activated_from(&QueryResult::Empty, 3), Some(0));
         assert_eq!(activated_from(&QueryResult::Scalar(f64::NAN), 3), None);
         assert_eq!(activated_from(&QueryResult::Error("down".into()), 3), None);
+    }
+
+    /// An API server that answers every request with `body` and records the request
+    /// targets (path and query).
+    async fn fake_api_server(
+        body: serde_json::Value,
+    ) -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use hyper::service::service_fn;
+        use hyper_util::rt::TokioIo;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        let body = body.to_string();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let recorded = recorded.clone();
+                let body = body.clone();
+                let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                    recorded.lock().unwrap().push(request.uri().to_string());
+                    let mut response = hyper::Response::new(http_body_util::Full::new(
+                        hyper::body::Bytes::from(body.clone()),
+                    ));
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    async move { Ok::<_, std::convert::Infallible>(response) }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        (Client::try_from(config).unwrap(), seen)
+    }
+
+    fn selected(selector: serde_json::Value) -> Consumer {
+        serde_json::from_value(json!({"kind": "Deployment", "selector": selector})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn selected_consumers_are_listed_by_the_api_server() {
+        let (client, seen) = fake_api_server(json!({
+            "apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {},
+            "items": [{
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": "shop", "labels": {"app": "api"}},
+                "spec": {"replicas": 2, "selector": {}, "template": {}},
+                "status": {"readyReplicas": 2},
+            }],
+        }))
+        .await;
+        let consumer = selected(json!({
+            "matchLabels": {"app": "api"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}],
+        }));
+        let found = workloads(&client, "shop", &consumer).await.unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].name.as_str(), found[0].desired), ("api", 2));
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].starts_with("/apis/apps/v1/namespaces/shop/deployments?"),
+            "{seen:?}"
+        );
+        assert!(
+            seen[0].contains("labelSelector=app%3Dapi%2Ctier+notin+%28canary%29"),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_consumer_selector_is_an_error_and_lists_nothing() {
+        let (client, seen) = fake_api_server(json!({})).await;
+        let consumer = selected(json!({
+            "matchExpressions": [{"key": "tier", "operator": "Gt", "values": ["1"]}],
+        }));
+        let error = workloads(&client, "shop", &consumer).await.unwrap_err();
+        assert!(
+            matches!(&error, RegionError::ConsumerSelector { source, .. }
+                if source.field == "matchExpressions[0]"),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("consumer Deployment selector.matchExpressions[0]: "),
+            "{error}"
+        );
+        let injected = selected(json!({"matchLabels": {"app": "api,tier!=canary"}}));
+        assert!(workloads(&client, "shop", &injected).await.is_err());
+        assert!(seen.lock().unwrap().is_empty());
     }
 
     #[test]

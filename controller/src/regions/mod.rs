@@ -82,6 +82,14 @@ pub enum RegionError {
         /// Name looked for.
         name: String,
     },
+    /// A consumer's label selector cannot be sent to the API server.
+    #[error("consumer {kind} selector.{source}")]
+    ConsumerSelector {
+        /// Workload kind.
+        kind: String,
+        /// The field of the selector and what is wrong with it.
+        source: crate::engine::selection::SelectorError,
+    },
     /// An override's changes do not form an override delta.
     #[error("override: {reason}")]
     Override {
