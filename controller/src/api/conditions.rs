@@ -1,5 +1,12 @@
 //! Condition types set in `status.conditions`, so `kubectl wait --for=condition=X` and
-//! every part of the controller spell them the same way.
+//! every part of the controller spell them the same way, and how to read one.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// Whether `condition` holds (its status is `True`; `False` and `Unknown` do not).
+pub fn is_true(condition: &Condition) -> bool {
+    condition.status == "True"
+}
 
 /// ConfigRollout: a revision is being rolled out.
 pub const PROGRESSING: &str = "Progressing";

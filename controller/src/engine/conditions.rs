@@ -48,9 +48,7 @@ fn was_true(step: &Step<'_>, type_: &str) -> bool {
 
 fn current(step: &Step<'_>, type_: &str) -> Option<(String, String)> {
     step.status
-        .conditions
-        .iter()
-        .find(|condition| condition.type_ == type_ && condition.status == "True")
+        .true_condition(type_)
         .map(|condition| (condition.reason.clone(), condition.message.clone()))
 }
 

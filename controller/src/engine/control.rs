@@ -115,9 +115,7 @@ fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
     }
     let halted_since = step
         .status
-        .conditions
-        .iter()
-        .find(|condition| condition.type_ == conditions::HALTED && condition.status == "True")
+        .true_condition(conditions::HALTED)
         .map(|condition| from_time(&condition.last_transition_time));
     if halted_since.is_some_and(|since| requested_at <= since) {
         return;

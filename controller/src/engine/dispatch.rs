@@ -63,13 +63,6 @@ impl From<StepKey> for RevisionStep {
     }
 }
 
-fn condition_is_true(status: &ConfigRolloutStatus, type_: &str) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|condition| condition.type_ == type_ && condition.status == "True")
-}
-
 fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s RegionRolloutStatus> {
     status.regions.iter().find(|region| region.name == name)
 }
@@ -83,9 +76,7 @@ pub(super) fn work_of<'p>(
     status: &ConfigRolloutStatus,
 ) -> Vec<Work<'p>> {
     let mut work = Vec::new();
-    if condition_is_true(status, conditions::PAUSED)
-        || condition_is_true(status, conditions::INVALID_SPEC)
-    {
+    if status.is_true(conditions::PAUSED) || status.is_true(conditions::INVALID_SPEC) {
         return work;
     }
     let Some(revision) = status.revision.as_deref() else {

@@ -115,12 +115,7 @@ impl<'a> Before<'a> {
         obs: &Observations,
         status: &ConfigRolloutStatus,
     ) -> Self {
-        let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| {
-            status
-                .conditions
-                .iter()
-                .any(|condition| condition.type_ == type_ && condition.status == "True")
-        });
+        let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| status.is_true(type_));
         Before {
             phase: status.phase,
             revision: status.revision.clone(),
@@ -190,10 +185,7 @@ impl<'a> Step<'a> {
             conditions::invalid_spec(self, &errors, reason);
             return;
         }
-        let was_invalid = self.status.conditions.iter().any(|condition| {
-            condition.type_ == crate::api::conditions::INVALID_SPEC && condition.status == "True"
-        });
-        if was_invalid {
+        if self.status.is_true(crate::api::conditions::INVALID_SPEC) {
             // Nothing moved while the spec was invalid: deadlines start again.
             self.resumed_now = true;
         }

@@ -317,20 +317,16 @@ impl World {
         &self,
         type_: &str,
     ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-        self.status
-            .conditions
-            .iter()
-            .find(|condition| condition.type_ == type_)
+        self.status.condition(type_)
     }
 
     pub fn condition_true(&self, type_: &str) -> bool {
-        self.condition(type_)
-            .is_some_and(|condition| condition.status == "True")
+        self.status.is_true(type_)
     }
 
     pub fn halted_reason(&self) -> Option<String> {
-        self.condition(conditions::HALTED)
-            .filter(|condition| condition.status == "True")
+        self.status
+            .true_condition(conditions::HALTED)
             .map(|condition| condition.reason.clone())
     }
 }

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::schema;
+use crate::api::{conditions, schema};
 
 /// What the controller has observed and done. Every field may be absent.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -46,6 +46,27 @@ pub struct ConfigRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,
+}
+
+impl ConfigRolloutStatus {
+    /// The condition of type `type_` (one of [`conditions`]), whatever its status.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions
+            .iter()
+            .find(|condition| condition.type_ == type_)
+    }
+
+    /// The condition of type `type_`, if it is true.
+    pub fn true_condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions
+            .iter()
+            .find(|condition| condition.type_ == type_ && conditions::is_true(condition))
+    }
+
+    /// Whether the condition of type `type_` is true.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.true_condition(type_).is_some()
+    }
 }
 
 /// The request times of the last abort and retry acted on.
