@@ -26,41 +26,13 @@ pub(super) enum Work<'p> {
         stage: usize,
         position: usize,
         region: &'p str,
-        step: StepKey,
+        step: RevisionStep,
     },
     Rollback {
         /// Position in reverse rollout order, so the list runs last stage first.
         reverse_position: usize,
         region: &'p str,
     },
-}
-
-/// `RevisionStep` is not `Ord`; this mirrors it for the set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum StepKey {
-    Expand,
-    Contract,
-    Single,
-}
-
-impl From<RevisionStep> for StepKey {
-    fn from(step: RevisionStep) -> Self {
-        match step {
-            RevisionStep::Expand => StepKey::Expand,
-            RevisionStep::Contract => StepKey::Contract,
-            RevisionStep::Single => StepKey::Single,
-        }
-    }
-}
-
-impl From<StepKey> for RevisionStep {
-    fn from(step: StepKey) -> Self {
-        match step {
-            StepKey::Expand => RevisionStep::Expand,
-            StepKey::Contract => RevisionStep::Contract,
-            StepKey::Single => RevisionStep::Single,
-        }
-    }
 }
 
 fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s RegionRolloutStatus> {
@@ -127,7 +99,7 @@ pub(super) fn work_of<'p>(
                             stage: index,
                             position,
                             region: name,
-                            step: pass.into(),
+                            step: pass,
                         });
                     }
                 }
@@ -184,7 +156,7 @@ pub(super) fn emit_new(step: &mut Step<'_>) {
             } => Action::Publish {
                 region: (*region).to_owned(),
                 revision: revision.to_owned(),
-                step: (*pass).into(),
+                step: *pass,
             },
             Work::Rollback { region, .. } => Action::Rollback {
                 region: (*region).to_owned(),

@@ -108,7 +108,10 @@ pub enum RolloutPhase {
 }
 
 /// Which pass of a revision is running.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+// Ord: the engine keeps region work, keyed by pass, in sorted lists.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum RevisionStep {
     /// New and changed keys published, removed keys kept.
     Expand,
