@@ -253,7 +253,7 @@ pub async fn reconcile(
     };
 
     // Decide (pure).
-    let decision = engine::step(&rollout.spec, status, &observations, now);
+    let decision = engine::decide(&rollout.spec, status, &observations, now);
 
     // Act, then write status: only while leading.
     if !(ctx.leading)() {
@@ -541,10 +541,10 @@ mod tests {
     fn out_of_band_edits_are_reported_by_key_name() {
         let spec = spec();
         let now = Utc::now();
-        let first = engine::step(&spec, Default::default(), &observations(), now);
+        let first = engine::decide(&spec, Default::default(), &observations(), now);
         let mut drifted = observations();
         drifted.regions[0].drifted_keys = vec!["rate".into()];
-        let decision = engine::step(&spec, first.status, &drifted, now);
+        let decision = engine::decide(&spec, first.status, &drifted, now);
         let condition = decision
             .status
             .conditions
@@ -562,7 +562,7 @@ mod tests {
             vec!["rate".to_owned()]
         );
 
-        let healed = engine::step(&spec, decision.status.clone(), &observations(), now);
+        let healed = engine::decide(&spec, decision.status.clone(), &observations(), now);
         let condition = healed
             .status
             .conditions
@@ -576,7 +576,7 @@ mod tests {
     fn a_failed_merge_is_sent_again_on_the_next_reconcile() {
         let spec = spec();
         let now = Utc::now();
-        let first = engine::step(&spec, Default::default(), &observations(), now);
+        let first = engine::decide(&spec, Default::default(), &observations(), now);
         assert_eq!(publishes(&first.actions), 1);
 
         // The merge failed: recorded, the next reconcile (region still not holding the
@@ -586,11 +586,11 @@ mod tests {
             &mut status,
             &[("region-1".into(), "write target: 403".into())],
         );
-        let retried = engine::step(&spec, status, &observations(), now);
+        let retried = engine::decide(&spec, status, &observations(), now);
         assert_eq!(publishes(&retried.actions), 1);
 
         // Without the record, the engine (rightly, for restart safety) sends nothing new.
-        let unmarked = engine::step(&spec, first.status, &observations(), now);
+        let unmarked = engine::decide(&spec, first.status, &observations(), now);
         assert_eq!(publishes(&unmarked.actions), 0);
     }
 }
