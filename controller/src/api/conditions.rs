@@ -29,8 +29,6 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 /// the requesting user; who last changed the spec is stamped by the apiserver) are
 /// installed and bound.
 pub const ADMISSION_POLICIES: &str = "AdmissionPolicies";
-/// Region: its API server answered the last contact.
-pub const REACHABLE: &str = "Reachable";
 
 /// Every ConfigRollout condition type.
 pub const ROLLOUT_CONDITION_TYPES: [&str; 9] = [
