@@ -1,5 +1,7 @@
-//! One engine step for a rollout of 50 regions in 5 stages with 3 gates, mid-rollout
-//! (two stages passed, the third verifying its gates with samples due).
+//! One engine decision (`engine::decide`) for a rollout of 50 regions in 5 stages with 3
+//! gates, mid-rollout (two stages passed, the third verifying its gates with samples due).
+//! The benchmark names keep their `engine_step_` prefix so results compare with
+//! BENCHMARKS.md.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -8,7 +10,7 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, StageState};
 use configrollout::engine::{
     Action, AppliedRevision, DesiredRevision, GateSampleObservation, Grant, Observations,
-    RegionObservation, gates_due, step,
+    RegionObservation, decide, gates_due,
 };
 use configrollout::gates::QueryResult;
 use criterion::measurement::Measurement;
@@ -118,7 +120,7 @@ fn mid_rollout(spec: &ConfigRolloutSpec) -> (ConfigRolloutStatus, Observations, 
             break;
         }
         let obs = observations(&regions, sample_all(spec, &status, now));
-        let decision = step(spec, std::mem::take(&mut status), &obs, now);
+        let decision = decide(spec, std::mem::take(&mut status), &obs, now);
         for action in &decision.actions {
             if let Action::Publish {
                 region,
@@ -143,7 +145,7 @@ fn mid_rollout(spec: &ConfigRolloutSpec) -> (ConfigRolloutStatus, Observations, 
     (status, obs, now)
 }
 
-fn bench_step(c: &mut Criterion) {
+fn bench_decide(c: &mut Criterion) {
     let Some(spec) = spec() else {
         return;
     };
@@ -164,7 +166,7 @@ fn bench_step(c: &mut Criterion) {
             .map(|json| json.len())
             .unwrap_or(0)
     );
-    bench_one_step(
+    bench_one_decision(
         c,
         "engine_step_50_regions_5_stages_3_gates",
         &spec,
@@ -172,15 +174,15 @@ fn bench_step(c: &mut Criterion) {
         &obs,
         now,
     );
-    // What a caller pays if it keeps the old status and gives `step` a copy.
+    // What a caller pays if it keeps the old status and gives `decide` a copy.
     c.bench_function("status_clone_same_rollout", |b| b.iter(|| status.clone()));
 }
 
-/// One step as the reconcile runs it: the step consumes the status it is given. The
+/// One decision as the reconcile takes it: `decide` consumes the status it is given. The
 /// reconcile gives up the copy it already made when reading the shared object, so here a
 /// fresh copy per iteration is made outside the measurement (one per batch, so it is as
-/// hot in cache as the reconcile's own); dropping the decision is measured with the step.
-fn bench_one_step<M: Measurement + 'static>(
+/// hot in cache as the reconcile's own); dropping the decision is measured with it.
+fn bench_one_decision<M: Measurement + 'static>(
     c: &mut Criterion<M>,
     name: &str,
     spec: &ConfigRolloutSpec,
@@ -192,7 +194,7 @@ fn bench_one_step<M: Measurement + 'static>(
         b.iter_batched(
             || status.clone(),
             |status| {
-                let decision = step(spec, status, obs, now);
+                let decision = decide(spec, status, obs, now);
                 black_box(&decision);
             },
             BatchSize::NumIterations(1),
@@ -200,12 +202,12 @@ fn bench_one_step<M: Measurement + 'static>(
     });
 }
 
-fn bench_step_cpu(c: &mut Criterion<ThreadCpuTime>) {
+fn bench_decide_cpu(c: &mut Criterion<ThreadCpuTime>) {
     let Some(spec) = spec() else {
         return;
     };
     let (status, obs, now) = mid_rollout(&spec);
-    bench_one_step(
+    bench_one_decision(
         c,
         "engine_step_50_regions_5_stages_3_gates_cpu_time",
         &spec,
@@ -223,10 +225,10 @@ fn bench_step_cpu(c: &mut Criterion<ThreadCpuTime>) {
     });
 }
 
-criterion_group!(benches, bench_step);
+criterion_group!(benches, bench_decide);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpuTime::new());
-    targets = bench_step_cpu
+    targets = bench_decide_cpu
 }
 criterion_main!(benches, cpu_time);

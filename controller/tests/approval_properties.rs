@@ -188,10 +188,9 @@ proptest! {
         prop_assert_ne!(world.status.phase, Some(RolloutPhase::Complete));
         if region == 0 {
             // The canary is selected from the start: halted at once, naming it.
-            let halted = world.condition(conditions::HALTED).cloned();
+            let halted = world.status.true_condition(conditions::HALTED);
             let named = halted.is_some_and(|c| {
-                c.status == "True"
-                    && c.reason == "FutureStamps"
+                c.reason == "FutureStamps"
                     && c.message.contains("c1")
                     && c.message.contains(&format!("{keys} keys"))
             });

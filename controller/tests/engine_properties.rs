@@ -12,7 +12,7 @@ use configrollout::crdt::{
     Delta, Replica, Stamp, WriterId, compensating_delta, declare_revision, override_delta,
     split_expand_contract,
 };
-use configrollout::engine::{Action, Decision, Observations, step};
+use configrollout::engine::{Action, Decision, Observations, decide};
 use configrollout::gates::QueryResult;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -269,7 +269,7 @@ fn world_for(shape: &SpecShape) -> World {
     world
 }
 
-/// Applies one event to the world (everything but the clock and the step).
+/// Applies one event to the world (everything but the clock and the decision).
 fn apply_event(world: &mut World, event: &Event, revision_counter: &mut u32) {
     let region_names: Vec<String> = world.regions.keys().cloned().collect();
     let pick = |index: usize| region_names[index % region_names.len()].clone();
@@ -329,8 +329,8 @@ fn region_work(decision: &Decision) -> Vec<&Action> {
         .collect()
 }
 
-/// Every safety property, checked on one step. Returns the violations found.
-fn check_step(
+/// Every safety property, checked on one decision. Returns the violations found.
+fn check_decision(
     spec: &ConfigRolloutSpec,
     obs: &Observations,
     before: &configrollout::api::ConfigRolloutStatus,
@@ -426,7 +426,7 @@ fn check_step(
     }
 
     // Restart safety: the same observations against the returned status add no work.
-    let again = step(spec, after.clone(), obs, now);
+    let again = decide(spec, after.clone(), obs, now);
     if !region_work(&again).is_empty() {
         violations.push(format!("restart re-emitted {:?}", region_work(&again)));
     }
@@ -453,7 +453,7 @@ proptest! {
             let spec = world.spec.clone();
             let now = world.now;
             world.tick_checked(|obs, before, decision| {
-                violations.extend(check_step(&spec, obs, before, decision, now));
+                violations.extend(check_decision(&spec, obs, before, decision, now));
             });
             prop_assert!(violations.is_empty(), "after {:?}: {:?}", event, violations);
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use configrollout::api::{
     GateVerdict, RevisionStep, RolloutPhase, SampleVerdict, StageState, conditions,
 };
-use configrollout::engine::{Action, MAX_SAMPLES_PER_GATE, step, validate};
+use configrollout::engine::{Action, MAX_SAMPLES_PER_GATE, decide, validate};
 use configrollout::gates::QueryResult;
 use serde_json::json;
 use support::{World, spec};
@@ -761,8 +761,8 @@ fn feeding_the_status_back_with_the_same_observations_publishes_nothing_new() {
     let mut world = World::new(spec(three_stages()), &ALL);
     for _ in 0..8 {
         let observations = world.observations(Vec::new());
-        let first = step(&world.spec, world.status.clone(), &observations, world.now);
-        let again = step(&world.spec, first.status.clone(), &observations, world.now);
+        let first = decide(&world.spec, world.status.clone(), &observations, world.now);
+        let again = decide(&world.spec, first.status.clone(), &observations, world.now);
         let publishes = again
             .actions
             .iter()
@@ -805,7 +805,7 @@ fn every_sample_a_step_counts_is_tallied_once_by_verdict() {
     world.metric = Box::new(|_, _| QueryResult::Empty);
     for _ in 0..4 {
         add(world.tick());
-        // A second step at the same instant re-reads nothing new: no double count.
+        // A second tick at the same instant re-reads nothing new: no double count.
         add(world.tick());
         world.advance(10);
     }
@@ -850,15 +850,13 @@ fn out_of_band_edits_are_reported_by_key_name() {
         ..Observations::default()
     };
     let now = chrono::Utc::now();
-    let first = step(&spec, Default::default(), &observations(), now);
+    let first = decide(&spec, Default::default(), &observations(), now);
     let mut drifted = observations();
     drifted.regions[0].drifted_keys = vec!["rate".into()];
-    let decision = step(&spec, first.status, &drifted, now);
+    let decision = decide(&spec, first.status, &drifted, now);
     let condition = decision
         .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Drifted")
+        .condition("Drifted")
         .expect("Drifted condition");
     assert_eq!(condition.status, "True");
     assert!(
@@ -871,12 +869,10 @@ fn out_of_band_edits_are_reported_by_key_name() {
         vec!["rate".to_owned()]
     );
 
-    let healed = step(&spec, decision.status.clone(), &observations(), now);
+    let healed = decide(&spec, decision.status.clone(), &observations(), now);
     let condition = healed
         .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Drifted")
+        .condition("Drifted")
         .expect("Drifted condition");
     assert_eq!(condition.status, "False");
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
-use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec, StageState};
+use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec, StageState, conditions};
 use configrollout::crdt::{self, Delta, Entry, Stamp, WriterId};
 use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
@@ -59,13 +59,7 @@ fn client(world: &World, user: User) -> Client {
 }
 
 fn condition(rollout: &ConfigRollout, type_: &str) -> Option<Condition> {
-    rollout
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .cloned()
+    rollout.status.as_ref()?.condition(type_).cloned()
 }
 
 fn stage<'a>(rollout: &'a ConfigRollout, name: &str) -> &'a configrollout::api::StageStatus {
@@ -369,7 +363,7 @@ async fn the_hub_with_the_policies_says_so(world: &World) {
     let deadline = PROGRESS + Duration::from_secs(60);
     let present = eventually("unguarded: AdmissionPolicies True", deadline, || async {
         let c = condition(&world.rollout("unguarded").await, "AdmissionPolicies")?;
-        (c.status == "True").then_some(c)
+        conditions::is_true(&c).then_some(c)
     })
     .await;
     assert!(!present.message.contains("missing"), "{}", present.message);
@@ -503,7 +497,7 @@ async fn four_eyes_refuses_the_authors_own_approval(world: &World) {
     approve(world, User::ApproverAlice, &waiting, "prod", own).await;
     let refused = eventually("alice's approval is refused", PROGRESS, || async {
         let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
-        (c.status == "True" && c.message.contains(own)).then_some(c.message)
+        (conditions::is_true(&c) && c.message.contains(own)).then_some(c.message)
     })
     .await;
     assert!(

@@ -149,7 +149,7 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     let message = drifted
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Drifted"))
+        .and_then(|s| s.condition("Drifted"))
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(message.contains("region-2 (feature-x)"), "{message}");
@@ -274,7 +274,7 @@ spec:
     let message = rollout
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "InvalidSpec"))
+        .and_then(|s| s.condition("InvalidSpec"))
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(

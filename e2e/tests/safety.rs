@@ -192,7 +192,7 @@ fn condition<'a>(
     rollout
         .status
         .as_ref()
-        .and_then(|status| status.conditions.iter().find(|c| c.type_ == type_))
+        .and_then(|status| status.condition(type_))
         .unwrap_or_else(|| panic!("condition {type_} in status"))
 }
 

@@ -124,10 +124,8 @@ impl Tenancy {
             let rollout = within("read rollout", self.admin_rollouts().get(name)).await;
             rollout
                 .status?
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == type_ && c.status == "True")
-                .map(|c| (c.reason, c.message))
+                .true_condition(type_)
+                .map(|c| (c.reason.clone(), c.message.clone()))
         })
         .await
     }

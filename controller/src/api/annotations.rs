@@ -1,7 +1,11 @@
-//! Annotations on a ConfigRollout that operators (or `kubectl configrollout`) set to steer
-//! it, each an RFC 3339 time so that a command is acted on once.
+//! Annotations on a ConfigRollout: the ones operators (or `kubectl configrollout`) set to
+//! steer it, each an RFC 3339 time so that a command is acted on once, and the one the
+//! apiserver stamps.
 
 /// Abort the rollout (roll back what was published), set at this time.
 pub const ABORT_ANNOTATION: &str = "configrollout.dev/abort";
 /// Retry a halted or rolled-back rollout, set at this time.
 pub const RETRY_ANNOTATION: &str = "configrollout.dev/retry";
+/// The user who last changed the spec, stamped by the apiserver
+/// (`policies/spec-author.yaml`), never by the controller.
+pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";

@@ -1,5 +1,12 @@
 //! Condition types set in `status.conditions`, so `kubectl wait --for=condition=X` and
-//! every part of the controller spell them the same way.
+//! every part of the controller spell them the same way, and how to read one.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// Whether `condition` holds (its status is `True`; `False` and `Unknown` do not).
+pub fn is_true(condition: &Condition) -> bool {
+    condition.status == "True"
+}
 
 /// ConfigRollout: a revision is being rolled out.
 pub const PROGRESSING: &str = "Progressing";
@@ -22,8 +29,6 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 /// the requesting user; who last changed the spec is stamped by the apiserver) are
 /// installed and bound.
 pub const ADMISSION_POLICIES: &str = "AdmissionPolicies";
-/// Region: its API server answered the last contact.
-pub const REACHABLE: &str = "Reachable";
 
 /// Every ConfigRollout condition type.
 pub const ROLLOUT_CONDITION_TYPES: [&str; 9] = [

@@ -747,9 +747,7 @@ impl Hub {
                 )));
             }
             let halted_at = status
-                .into_iter()
-                .flat_map(|s| &s.conditions)
-                .find(|c| c.type_ == conditions::HALTED && c.status == "True")
+                .and_then(|s| s.true_condition(conditions::HALTED))
                 .map(|c| c.last_transition_time.0.as_second());
             if let Some(halted_at) = halted_at {
                 let wait = halted_at + 1 - Utc::now().timestamp();

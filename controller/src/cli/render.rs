@@ -18,9 +18,7 @@ use crate::api::{
     RegionRolloutStatus, RevisionStep, RolloutPhase, StageState, StageStatus, conditions,
 };
 
-/// The annotation the apiserver stamps with the user who last changed the spec
-/// (`policies/spec-author.yaml`).
-pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
+pub use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 /// How many of a gate's most recent samples the tree shows.
 pub const SAMPLES_SHOWN: usize = 3;
 
@@ -31,13 +29,6 @@ pub fn time(at: &Time) -> String {
 
 fn phase_name(phase: Option<RolloutPhase>) -> String {
     phase.map_or_else(|| "-".to_owned(), |phase| format!("{phase:?}"))
-}
-
-fn condition<'a>(status: &'a ConfigRolloutStatus, type_: &str) -> Option<&'a Condition> {
-    status
-        .conditions
-        .iter()
-        .find(|condition| condition.type_ == type_ && condition.status == "True")
 }
 
 fn reason_and_message(condition: Option<&Condition>) -> String {
@@ -80,7 +71,7 @@ pub fn outcome(rollout: &ConfigRollout) -> Option<Outcome> {
         return None;
     }
     let revision = status.revision.as_deref().unwrap_or("-");
-    if let Some(invalid) = condition(status, conditions::INVALID_SPEC) {
+    if let Some(invalid) = status.true_condition(conditions::INVALID_SPEC) {
         return Some(Outcome::Failed(format!(
             "InvalidSpec: {}",
             reason_and_message(Some(invalid))
@@ -93,11 +84,11 @@ pub fn outcome(rollout: &ConfigRollout) -> Option<Outcome> {
         ))),
         RolloutPhase::Halted => Some(Outcome::Failed(format!(
             "Halted: {revision}: {}",
-            reason_and_message(condition(status, conditions::HALTED))
+            reason_and_message(status.true_condition(conditions::HALTED))
         ))),
         RolloutPhase::RolledBack => Some(Outcome::Failed(format!(
             "RolledBack: {revision}: {}",
-            reason_and_message(condition(status, conditions::ROLLED_BACK))
+            reason_and_message(status.true_condition(conditions::ROLLED_BACK))
         ))),
         _ => None,
     }
@@ -176,7 +167,7 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
         );
     }
     let revision = status.revision.as_deref().unwrap_or("-");
-    if let Some(invalid) = condition(status, conditions::INVALID_SPEC) {
+    if let Some(invalid) = status.true_condition(conditions::INVALID_SPEC) {
         return waiting(
             format!(
                 "a valid spec ({}); no region is written",
@@ -201,7 +192,8 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
             } else {
                 format!("an approval of stage {stage} of {revision}")
             };
-            if let Some(refused) = condition(status, conditions::AWAITING_APPROVAL)
+            if let Some(refused) = status
+                .true_condition(conditions::AWAITING_APPROVAL)
                 .filter(|condition| condition.reason == "ApprovalRefused")
             {
                 let _ = write!(what, " ({})", refused.message);
@@ -225,7 +217,7 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
         Some(RolloutPhase::Halted) => waiting(
             format!(
                 "an operator: {revision} halted ({})",
-                reason_and_message(condition(status, conditions::HALTED))
+                reason_and_message(status.true_condition(conditions::HALTED))
             ),
             format!(
                 "{editors}: kubectl configrollout retry {name} -n {namespace} once the cause \
@@ -239,7 +231,7 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
         Some(RolloutPhase::RolledBack) => waiting(
             format!(
                 "nothing: {revision} was rolled back ({})",
-                reason_and_message(condition(status, conditions::ROLLED_BACK))
+                reason_and_message(status.true_condition(conditions::ROLLED_BACK))
             ),
             format!("{editors}: declare a new revision"),
         ),
@@ -594,7 +586,7 @@ pub fn render_get(rollout: &ConfigRollout) -> String {
     let _ = writeln!(out, "  waiting on: {what}");
     let _ = writeln!(out, "  unblocks:   {who}");
     for condition in &status.conditions {
-        if condition.status == "True" {
+        if conditions::is_true(condition) {
             let mut line = format!("  condition:  {} ({})", condition.type_, condition.reason);
             if !condition.message.is_empty() {
                 let _ = write!(line, ": {}", condition.message);

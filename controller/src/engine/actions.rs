@@ -1,4 +1,4 @@
-//! What the reconcile must do after a step, and the step's result.
+//! What the reconcile must do after a decision, and the decision itself.
 
 use std::time::Duration;
 
@@ -65,16 +65,16 @@ pub enum EventType {
     Warning,
 }
 
-/// The result of one step.
+/// The result of one [`crate::engine::decide`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// The status to write.
     pub status: ConfigRolloutStatus,
     /// What to do, in order.
     pub actions: Vec<Action>,
-    /// When to run the next step at the latest (the soonest timer), if any.
+    /// When to decide again at the latest (the soonest timer), if any.
     pub requeue_after: Option<Duration>,
-    /// Gate samples this step counted, by verdict (for the controller's metrics).
+    /// Gate samples this decision counted, by verdict (for the controller's metrics).
     pub samples_judged: SampleTally,
 }
 

@@ -6,7 +6,7 @@
 //! changed the spec.
 //!
 //! The StageApproval objects are the evidence; `status.stages[].approval` only reports
-//! the one a stage started on. Every step checks the objects again, so a status written
+//! the one a stage started on. Every decision checks the objects again, so a status written
 //! by anyone else approves nothing: a stage whose approval cannot be verified goes back
 //! to waiting and no region of it is published to.
 
@@ -16,7 +16,7 @@ use crate::api::{Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatu
 
 use super::clock::{from_time, to_time};
 use super::observations::{ApprovalObservation, Observations};
-use super::{EventType, Step};
+use super::{Draft, EventType};
 
 /// What an approval must match, for one stage of the status's revision.
 struct Wanted<'a> {
@@ -126,66 +126,66 @@ pub(super) fn stage_approved(
 
 /// Whether the stage at `index` may run; records the approval that lets it (replacing
 /// any record the status carried), or notes why approvals were refused.
-pub(super) fn stage_may_start(step: &mut Step<'_>, index: usize) -> bool {
-    if step.spec.stages[index].approval == Approval::None {
+pub(super) fn stage_may_start(draft: &mut Draft<'_>, index: usize) -> bool {
+    if draft.spec.stages[index].approval == Approval::None {
         return true;
     }
-    let stage_name = step.spec.stages[index].name.clone();
-    approve(step, &stage_name, index)
+    let stage_name = draft.spec.stages[index].name.clone();
+    approve(draft, &stage_name, index)
 }
 
 /// Finds the approval that lets stage `index` run and records it in the stage's status
 /// (dropping any record the objects do not verify).
-fn approve(step: &mut Step<'_>, stage_name: &str, index: usize) -> bool {
+fn approve(draft: &mut Draft<'_>, stage_name: &str, index: usize) -> bool {
     let found =
-        verified(step.spec, &step.status, step.obs, stage_name).map(|approval| ApprovalRecord {
+        verified(draft.spec, &draft.status, draft.obs, stage_name).map(|approval| ApprovalRecord {
             name: approval.name.clone(),
             approver: approval.approver.clone(),
             reason: approval.reason.clone(),
             approved_at: to_time(approval.created_at),
         });
     let Some(record) = found else {
-        step.status.stages[index].approval = None;
-        note_refusals(step, stage_name);
+        draft.status.stages[index].approval = None;
+        note_refusals(draft, stage_name);
         return false;
     };
-    if step.status.stages[index].approval.as_ref() != Some(&record) {
-        let revision = step.revision().unwrap_or_default().to_owned();
+    if draft.status.stages[index].approval.as_ref() != Some(&record) {
+        let revision = draft.revision().unwrap_or_default().to_owned();
         let message = format!(
             "stage {stage_name} of {revision} approved by {} ({})",
             record.approver, record.name
         );
-        step.event(EventType::Normal, "StageApproved", message);
-        step.status.stages[index].approval = Some(record);
+        draft.event(EventType::Normal, "StageApproved", message);
+        draft.status.stages[index].approval = Some(record);
     }
     true
 }
 
 /// Notes approvals that name the stage and revision but do not count because of
 /// four-eyes, for the `AwaitingApproval` condition and an Event.
-pub(super) fn note_refusals(step: &mut Step<'_>, stage_name: &str) {
-    if !four_eyes(step.spec, step.obs) {
+pub(super) fn note_refusals(draft: &mut Draft<'_>, stage_name: &str) {
+    if !four_eyes(draft.spec, draft.obs) {
         return;
     }
-    let Some(wanted) = Wanted::of(&step.status, stage_name) else {
+    let Some(wanted) = Wanted::of(&draft.status, stage_name) else {
         return;
     };
-    let refusals: Vec<String> = step
+    let refusals: Vec<String> = draft
         .obs
         .approvals
         .iter()
-        .filter(|approval| wanted.names(approval, step.obs))
-        .filter_map(|approval| four_eyes_refusal(approval, step.obs))
+        .filter(|approval| wanted.names(approval, draft.obs))
+        .filter_map(|approval| four_eyes_refusal(approval, draft.obs))
         .collect();
-    step.approval_refusals.extend(refusals);
+    draft.approval_refusals.extend(refusals);
 }
 
 /// A stage that claims to be running but whose approval the objects no longer verify
 /// (a forged or stale status, or a deleted StageApproval) waits again.
-pub(super) fn recheck_running(step: &mut Step<'_>, index: usize) -> bool {
-    if stage_may_start(step, index) {
+pub(super) fn recheck_running(draft: &mut Draft<'_>, index: usize) -> bool {
+    if stage_may_start(draft, index) {
         return true;
     }
-    step.status.stages[index].state = StageState::AwaitingApproval;
+    draft.status.stages[index].state = StageState::AwaitingApproval;
     false
 }

@@ -9,14 +9,14 @@ use crate::api::{CONTRACT_STAGE, RolloutPhase, conditions};
 use super::clock::to_time;
 use super::control::REASON_ABORTED;
 use super::regions::region_done;
-use super::{EventType, MAX_CONDITION_MESSAGE, Step};
+use super::{Draft, EventType, MAX_CONDITION_MESSAGE};
 
 /// Sets one condition, keeping its transition time unless the status flips.
-fn set(step: &mut Step<'_>, type_: &str, status: bool, reason: &str, message: String) {
+fn set(draft: &mut Draft<'_>, type_: &str, status: bool, reason: &str, message: String) {
     let status_text = if status { "True" } else { "False" };
-    let generation = Some(step.obs.generation);
-    let now = to_time(step.now);
-    match step
+    let generation = Some(draft.obs.generation);
+    let now = to_time(draft.now);
+    match draft
         .status
         .conditions
         .iter_mut()
@@ -31,7 +31,7 @@ fn set(step: &mut Step<'_>, type_: &str, status: bool, reason: &str, message: St
             condition.message = message;
             condition.observed_generation = generation;
         }
-        None => step.status.conditions.push(Condition {
+        None => draft.status.conditions.push(Condition {
             type_: type_.to_owned(),
             status: status_text.to_owned(),
             reason: reason.to_owned(),
@@ -42,15 +42,14 @@ fn set(step: &mut Step<'_>, type_: &str, status: bool, reason: &str, message: St
     }
 }
 
-fn was_true(step: &Step<'_>, type_: &str) -> bool {
-    step.before.was_true(type_)
+fn was_true(draft: &Draft<'_>, type_: &str) -> bool {
+    draft.before.was_true(type_)
 }
 
-fn current(step: &Step<'_>, type_: &str) -> Option<(String, String)> {
-    step.status
-        .conditions
-        .iter()
-        .find(|condition| condition.type_ == type_ && condition.status == "True")
+fn current(draft: &Draft<'_>, type_: &str) -> Option<(String, String)> {
+    draft
+        .status
+        .true_condition(type_)
         .map(|condition| (condition.reason.clone(), condition.message.clone()))
 }
 
@@ -63,7 +62,7 @@ pub(super) const REASON_TARGET_REFUSED: &str = "TargetRefused";
 pub(super) const REASON_INVALID_SPEC: &str = "InvalidSpec";
 
 /// Reports an invalid spec; nothing else changes and no region is touched.
-pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String], reason: &str) {
+pub(super) fn invalid_spec(draft: &mut Draft<'_>, errors: &[String], reason: &str) {
     let mut message = errors.join("; ");
     if message.len() > MAX_CONDITION_MESSAGE {
         let cut = (0..=MAX_CONDITION_MESSAGE)
@@ -73,44 +72,44 @@ pub(super) fn invalid_spec(step: &mut Step<'_>, errors: &[String], reason: &str)
         message.truncate(cut);
         message.push('…');
     }
-    if !was_true(step, conditions::INVALID_SPEC) {
-        step.event(EventType::Warning, reason, message.clone());
+    if !was_true(draft, conditions::INVALID_SPEC) {
+        draft.event(EventType::Warning, reason, message.clone());
     }
-    set(step, conditions::INVALID_SPEC, true, reason, message);
-    if step.status.phase.is_none() {
-        step.status.phase = Some(RolloutPhase::Pending);
+    set(draft, conditions::INVALID_SPEC, true, reason, message);
+    if draft.status.phase.is_none() {
+        draft.status.phase = Some(RolloutPhase::Pending);
     }
 }
 
 /// Regions done with the current pass, out of regions selected.
-fn progress(step: &Step<'_>) -> String {
-    let total = step.plan.region_count();
-    let Some(revision) = step.revision() else {
+fn progress(draft: &Draft<'_>) -> String {
+    let total = draft.plan.region_count();
+    let Some(revision) = draft.revision() else {
         return format!("0/{total}");
     };
-    let has_consumers = !step.spec.consumers.is_empty();
-    let done = step
+    let has_consumers = !draft.spec.consumers.is_empty();
+    let done = draft
         .status
         .regions
         .iter()
-        .filter(|region| region_done(region, revision, step.pass(), has_consumers))
+        .filter(|region| region_done(region, revision, draft.revision_step(), has_consumers))
         .count();
     format!("{done}/{total}")
 }
 
 /// Sets every condition the engine owns from the phase. `Drifted` belongs to the region
 /// layer and is left alone.
-pub(super) fn refresh(step: &mut Step<'_>) {
-    let phase = step.status.phase.unwrap_or(RolloutPhase::Pending);
-    let revision = step.revision().unwrap_or("none").to_owned();
-    let stage = step.status.current_stage.clone().unwrap_or_default();
-    let pass = step.pass();
-    let progress = progress(step);
-    step.status.progress = Some(progress.clone());
+pub(super) fn refresh(draft: &mut Draft<'_>) {
+    let phase = draft.status.phase.unwrap_or(RolloutPhase::Pending);
+    let revision = draft.revision().unwrap_or("none").to_owned();
+    let stage = draft.status.current_stage.clone().unwrap_or_default();
+    let pass = draft.revision_step();
+    let progress = progress(draft);
+    draft.status.progress = Some(progress.clone());
     let phase_name = format!("{phase:?}");
 
     set(
-        step,
+        draft,
         conditions::INVALID_SPEC,
         false,
         "Valid",
@@ -130,7 +129,7 @@ pub(super) fn refresh(step: &mut Step<'_>) {
             format!("{revision} is {other:?}: {progress} regions done"),
         ),
     };
-    set(step, conditions::PROGRESSING, progressing, reason, message);
+    set(draft, conditions::PROGRESSING, progressing, reason, message);
 
     let awaiting = phase == RolloutPhase::AwaitingApproval;
     let (reason, message) = if stage == CONTRACT_STAGE {
@@ -144,30 +143,30 @@ pub(super) fn refresh(step: &mut Step<'_>) {
             format!("stage {stage} of {revision} awaits a StageApproval"),
         )
     };
-    if awaiting && !was_true(step, conditions::AWAITING_APPROVAL) {
-        step.event(EventType::Normal, reason, message.clone());
+    if awaiting && !was_true(draft, conditions::AWAITING_APPROVAL) {
+        draft.event(EventType::Normal, reason, message.clone());
     }
-    let (reason, message) = if awaiting && !step.approval_refusals.is_empty() {
-        let previous = current(step, conditions::AWAITING_APPROVAL)
+    let (reason, message) = if awaiting && !draft.approval_refusals.is_empty() {
+        let previous = current(draft, conditions::AWAITING_APPROVAL)
             .map(|(_, message)| message)
             .unwrap_or_default();
-        for refusal in step.approval_refusals.clone() {
+        for refusal in draft.approval_refusals.clone() {
             if !previous.contains(&refusal) {
-                step.event(EventType::Warning, "ApprovalRefused", refusal);
+                draft.event(EventType::Warning, "ApprovalRefused", refusal);
             }
         }
         (
             "ApprovalRefused",
-            format!("{message}; {}", step.approval_refusals.join("; ")),
+            format!("{message}; {}", draft.approval_refusals.join("; ")),
         )
     } else {
         (reason, message)
     };
     if awaiting {
-        set(step, conditions::AWAITING_APPROVAL, true, reason, message);
+        set(draft, conditions::AWAITING_APPROVAL, true, reason, message);
     } else {
         set(
-            step,
+            draft,
             conditions::AWAITING_APPROVAL,
             false,
             &phase_name,
@@ -175,8 +174,8 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         );
     }
 
-    let paused = step.spec.paused;
-    if paused != was_true(step, conditions::PAUSED) {
+    let paused = draft.spec.paused;
+    if paused != was_true(draft, conditions::PAUSED) {
         let (reason, message) = if paused {
             (
                 "Paused",
@@ -185,18 +184,18 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         } else {
             ("Resumed", format!("rollout of {revision} resumed"))
         };
-        step.event(EventType::Normal, reason, message);
+        draft.event(EventType::Normal, reason, message);
     }
     if paused {
         set(
-            step,
+            draft,
             conditions::PAUSED,
             true,
             "SpecPaused",
             "spec.paused is true: nothing new is published".to_owned(),
         );
     } else {
-        set(step, conditions::PAUSED, false, "NotPaused", String::new());
+        set(draft, conditions::PAUSED, false, "NotPaused", String::new());
     }
 
     let stopped = matches!(
@@ -204,19 +203,19 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         RolloutPhase::Halted | RolloutPhase::RollingBack | RolloutPhase::RolledBack
     );
     if stopped {
-        let (reason, message) = step
+        let (reason, message) = draft
             .halt
             .clone()
-            .or_else(|| current(step, conditions::HALTED))
+            .or_else(|| current(draft, conditions::HALTED))
             .unwrap_or_else(|| (REASON_ABORTED.to_owned(), String::new()));
-        set(step, conditions::HALTED, true, &reason, message);
+        set(draft, conditions::HALTED, true, &reason, message);
     } else {
-        set(step, conditions::HALTED, false, &phase_name, String::new());
+        set(draft, conditions::HALTED, false, &phase_name, String::new());
     }
 
     let rolled_back = phase == RolloutPhase::RolledBack;
     set(
-        step,
+        draft,
         conditions::ROLLED_BACK,
         rolled_back,
         if rolled_back {
@@ -233,7 +232,7 @@ pub(super) fn refresh(step: &mut Step<'_>) {
 
     let complete = phase == RolloutPhase::Complete;
     set(
-        step,
+        draft,
         conditions::COMPLETE,
         complete,
         if complete {
@@ -248,26 +247,27 @@ pub(super) fn refresh(step: &mut Step<'_>) {
         },
     );
 
-    drifted(step);
-    admission_policies(step);
+    drifted(draft);
+    admission_policies(draft);
 }
 
 /// `AdmissionPolicies`, on rollouts that wait for approvals: whether the policies that
 /// make an approval's record truthful are installed and bound.
-fn admission_policies(step: &mut Step<'_>) {
-    let needs_approvals = step.spec.needs_approvals();
-    let Some(missing) = step.obs.missing_policies.clone() else {
+fn admission_policies(draft: &mut Draft<'_>) {
+    let needs_approvals = draft.spec.needs_approvals();
+    let Some(missing) = draft.obs.missing_policies.clone() else {
         return;
     };
     if !needs_approvals {
-        step.status
+        draft
+            .status
             .conditions
             .retain(|condition| condition.type_ != conditions::ADMISSION_POLICIES);
         return;
     }
     if missing.is_empty() {
         set(
-            step,
+            draft,
             conditions::ADMISSION_POLICIES,
             true,
             "PoliciesInstalled",
@@ -280,17 +280,17 @@ fn admission_policies(step: &mut Step<'_>) {
              only as truthful as these policies make them",
             missing.join(", ")
         );
-        if was_true(step, conditions::ADMISSION_POLICIES)
-            || !step
+        if was_true(draft, conditions::ADMISSION_POLICIES)
+            || !draft
                 .status
                 .conditions
                 .iter()
                 .any(|condition| condition.type_ == conditions::ADMISSION_POLICIES)
         {
-            step.event(EventType::Warning, "PoliciesMissing", message.clone());
+            draft.event(EventType::Warning, "PoliciesMissing", message.clone());
         }
         set(
-            step,
+            draft,
             conditions::ADMISSION_POLICIES,
             false,
             "PoliciesMissing",
@@ -300,8 +300,8 @@ fn admission_policies(step: &mut Step<'_>) {
 }
 
 /// `Drifted`: managed keys edited out of band in some region (key names, never values).
-fn drifted(step: &mut Step<'_>) {
-    let drifted: Vec<String> = step
+fn drifted(draft: &mut Draft<'_>) {
+    let drifted: Vec<String> = draft
         .status
         .regions
         .iter()
@@ -309,12 +309,12 @@ fn drifted(step: &mut Step<'_>) {
         .map(|region| format!("{} ({})", region.name, region.drifted_keys.join(", ")))
         .collect();
     if drifted.is_empty() {
-        set(step, conditions::DRIFTED, false, "InSync", String::new());
+        set(draft, conditions::DRIFTED, false, "InSync", String::new());
         return;
     }
     let message = format!("keys edited out of band: {}", drifted.join("; "));
-    if !was_true(step, conditions::DRIFTED) {
-        step.event(EventType::Warning, "Drifted", message.clone());
+    if !was_true(draft, conditions::DRIFTED) {
+        draft.event(EventType::Warning, "Drifted", message.clone());
     }
-    set(step, conditions::DRIFTED, true, "OutOfBandEdit", message);
+    set(draft, conditions::DRIFTED, true, "OutOfBandEdit", message);
 }

@@ -20,22 +20,22 @@ use crate::api::{ControlRecord, RolloutPhase, StageState, conditions};
 
 use super::clock::{from_time, to_time};
 use super::revisions::{OUTCOME_ABORTED, set_outcome};
-use super::{EventType, Step};
+use super::{Draft, EventType};
 
 /// Reason on the Halted condition when an operator aborted.
 pub const REASON_ABORTED: &str = "Aborted";
 /// How far ahead of the controller's clock a request may be dated.
 pub const MAX_REQUEST_SKEW: TimeDelta = TimeDelta::seconds(60);
 
-pub(super) fn apply(step: &mut Step<'_>) {
-    let declared_at = step
+pub(super) fn apply(draft: &mut Draft<'_>) {
+    let declared_at = draft
         .status
         .history
         .iter()
         .rev()
-        .find(|record| Some(&record.name) == step.status.revision.as_ref())
+        .find(|record| Some(&record.name) == draft.status.revision.as_ref())
         .map(|record| from_time(&record.declared_at));
-    let record = step.status.control.clone().unwrap_or_default();
+    let record = draft.status.control.clone().unwrap_or_default();
     let acted = |at: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         at.as_ref().map(from_time)
     };
@@ -49,93 +49,92 @@ pub(super) fn apply(step: &mut Step<'_>) {
         at.filter(|at| declared_at.is_none_or(|declared| *at >= declared))
             .filter(|at| !settled.contains(&Some(whole_seconds(*at))))
     };
-    let control = &step.obs.control;
+    let control = &draft.obs.control;
     if let Some(abort_at) = fresh(control.abort_requested_at, &[acted(&record.abort_at)]) {
-        abort(step, abort_at, control.retry_requested_at);
+        abort(draft, abort_at, control.retry_requested_at);
         return;
     }
     let settled = [acted(&record.retry_at), acted(&record.refused_retry_at)];
     let Some(retry_at) = fresh(control.retry_requested_at, &settled) else {
         return;
     };
-    if retry_at > step.now + MAX_REQUEST_SKEW {
-        refuse_retry(step, retry_at);
+    if retry_at > draft.now + MAX_REQUEST_SKEW {
+        refuse_retry(draft, retry_at);
         return;
     }
-    retry(step, retry_at);
+    retry(draft, retry_at);
 }
 
 fn whole_seconds(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
 }
 
-fn record<'s>(step: &'s mut Step<'_>) -> &'s mut ControlRecord {
-    step.status
+fn record<'s>(draft: &'s mut Draft<'_>) -> &'s mut ControlRecord {
+    draft
+        .status
         .control
         .get_or_insert_with(ControlRecord::default)
 }
 
-fn abort(step: &mut Step<'_>, requested_at: DateTime<Utc>, pending_retry: Option<DateTime<Utc>>) {
-    let record = record(step);
+fn abort(draft: &mut Draft<'_>, requested_at: DateTime<Utc>, pending_retry: Option<DateTime<Utc>>) {
+    let record = record(draft);
     record.abort_at = Some(to_time(whole_seconds(requested_at)));
     if let Some(retry) = pending_retry {
         record.retry_at = Some(to_time(whole_seconds(retry)));
     }
     if matches!(
-        step.status.phase,
+        draft.status.phase,
         Some(RolloutPhase::Halted | RolloutPhase::RolledBack | RolloutPhase::Complete)
     ) {
         return;
     }
-    let revision = step.revision().unwrap_or_default().to_owned();
+    let revision = draft.revision().unwrap_or_default().to_owned();
     let message = format!("rollout of {revision} aborted by an operator");
-    step.status.phase = Some(RolloutPhase::Halted);
-    set_outcome(step, Some(OUTCOME_ABORTED));
-    step.event(EventType::Warning, REASON_ABORTED, message.clone());
-    step.halt = Some((REASON_ABORTED.to_owned(), message));
+    draft.status.phase = Some(RolloutPhase::Halted);
+    set_outcome(draft, Some(OUTCOME_ABORTED));
+    draft.event(EventType::Warning, REASON_ABORTED, message.clone());
+    draft.halt = Some((REASON_ABORTED.to_owned(), message));
 }
 
 /// Records a retry dated too far ahead as refused: it must not resume anything, now or
 /// when its time comes; a new request (with the current time) is needed.
-fn refuse_retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
-    record(step).refused_retry_at = Some(to_time(whole_seconds(requested_at)));
+fn refuse_retry(draft: &mut Draft<'_>, requested_at: DateTime<Utc>) {
+    record(draft).refused_retry_at = Some(to_time(whole_seconds(requested_at)));
     let message = format!(
         "retry requested for {} refused: it is dated more than {}s ahead of the \
          controller's clock ({}); request it again with the current time",
         requested_at.to_rfc3339(),
         MAX_REQUEST_SKEW.num_seconds(),
-        step.now.to_rfc3339()
+        draft.now.to_rfc3339()
     );
-    step.event(EventType::Warning, "ControlRefused", message);
+    draft.event(EventType::Warning, "ControlRefused", message);
 }
 
-fn retry(step: &mut Step<'_>, requested_at: DateTime<Utc>) {
-    if step.status.phase != Some(RolloutPhase::Halted) {
+fn retry(draft: &mut Draft<'_>, requested_at: DateTime<Utc>) {
+    if draft.status.phase != Some(RolloutPhase::Halted) {
         return;
     }
-    let halted_since = step
+    let halted_since = draft
         .status
-        .conditions
-        .iter()
-        .find(|condition| condition.type_ == conditions::HALTED && condition.status == "True")
+        .true_condition(conditions::HALTED)
         .map(|condition| from_time(&condition.last_transition_time));
     if halted_since.is_some_and(|since| requested_at <= since) {
         return;
     }
-    record(step).retry_at = Some(to_time(whole_seconds(requested_at)));
-    for stage in &mut step.status.stages {
+    record(draft).retry_at = Some(to_time(whole_seconds(requested_at)));
+    for stage in &mut draft.status.stages {
         if stage.state == StageState::Failed {
             stage.state = StageState::Progressing;
             stage.verified_at = None;
             stage.gates.clear();
         }
     }
-    step.status.phase = Some(RolloutPhase::Progressing);
-    step.resumed_now = true;
-    set_outcome(step, None);
+    draft.status.phase = Some(RolloutPhase::Progressing);
+    draft.resumed_now = true;
+    set_outcome(draft, None);
     let message = format!(
         "rollout of {} resumed by an operator",
-        step.revision().unwrap_or_default()
+        draft.revision().unwrap_or_default()
     );
-    step.event(EventType::Normal, "Retried", message);
+    draft.event(EventType::Normal, "Retried", message);
 }

@@ -1,7 +1,7 @@
 //! Which publishes and rollbacks are new. Region work is derived from the status: the
 //! regions "in the window" of the running stage (the first `maxParallel` not done) that
 //! are reachable receive the revision, and during a rollback the reachable regions of
-//! the stage being reverted receive the compensating delta. A step emits only the work
+//! the stage being reverted receive the compensating delta. A decision emits only the work
 //! that is in the window of its new status and was not in the window of the status it
 //! started from. So feeding a returned status back with the same observations emits
 //! nothing again (restart safety), while the reconcile, which executes actions before it
@@ -15,7 +15,7 @@ use crate::api::{
 use super::observations::Observations;
 use super::regions::{mark_is, region_done};
 use super::selection::StagePlan;
-use super::{Action, Step, approvals};
+use super::{Action, Draft, approvals};
 
 /// One piece of region work, of the status's revision (each status has one revision, so
 /// it is not repeated here). Region names borrow from the stage plan, which outlives the
@@ -26,48 +26,13 @@ pub(super) enum Work<'p> {
         stage: usize,
         position: usize,
         region: &'p str,
-        step: StepKey,
+        step: RevisionStep,
     },
     Rollback {
         /// Position in reverse rollout order, so the list runs last stage first.
         reverse_position: usize,
         region: &'p str,
     },
-}
-
-/// `RevisionStep` is not `Ord`; this mirrors it for the set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum StepKey {
-    Expand,
-    Contract,
-    Single,
-}
-
-impl From<RevisionStep> for StepKey {
-    fn from(step: RevisionStep) -> Self {
-        match step {
-            RevisionStep::Expand => StepKey::Expand,
-            RevisionStep::Contract => StepKey::Contract,
-            RevisionStep::Single => StepKey::Single,
-        }
-    }
-}
-
-impl From<StepKey> for RevisionStep {
-    fn from(step: StepKey) -> Self {
-        match step {
-            StepKey::Expand => RevisionStep::Expand,
-            StepKey::Contract => RevisionStep::Contract,
-            StepKey::Single => RevisionStep::Single,
-        }
-    }
-}
-
-fn condition_is_true(status: &ConfigRolloutStatus, type_: &str) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|condition| condition.type_ == type_ && condition.status == "True")
 }
 
 fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s RegionRolloutStatus> {
@@ -83,9 +48,7 @@ pub(super) fn work_of<'p>(
     status: &ConfigRolloutStatus,
 ) -> Vec<Work<'p>> {
     let mut work = Vec::new();
-    if condition_is_true(status, conditions::PAUSED)
-        || condition_is_true(status, conditions::INVALID_SPEC)
-    {
+    if status.is_true(conditions::PAUSED) || status.is_true(conditions::INVALID_SPEC) {
         return work;
     }
     let Some(revision) = status.revision.as_deref() else {
@@ -136,7 +99,7 @@ pub(super) fn work_of<'p>(
                             stage: index,
                             position,
                             region: name,
-                            step: pass.into(),
+                            step: pass,
                         });
                     }
                 }
@@ -172,15 +135,15 @@ pub(super) fn work_of<'p>(
     work
 }
 
-/// Appends the region work that is new in this step: publishes in stage and rollout
+/// Appends the region work that is new in this decision: publishes in stage and rollout
 /// order, rollbacks in reverse rollout order (one stage at a time, last stage first).
-pub(super) fn emit_new(step: &mut Step<'_>) {
-    let Some(revision) = step.status.revision.as_deref() else {
+pub(super) fn emit_new(draft: &mut Draft<'_>) {
+    let Some(revision) = draft.status.revision.as_deref() else {
         return;
     };
-    let after = work_of(step.spec, &step.plan, step.obs, &step.status);
-    let before: &[Work<'_>] = if step.before.revision.as_deref() == Some(revision) {
-        &step.before.work
+    let after = work_of(draft.spec, &draft.plan, draft.obs, &draft.status);
+    let before: &[Work<'_>] = if draft.before.revision.as_deref() == Some(revision) {
+        &draft.before.work
     } else {
         &[]
     };
@@ -193,12 +156,12 @@ pub(super) fn emit_new(step: &mut Step<'_>) {
             } => Action::Publish {
                 region: (*region).to_owned(),
                 revision: revision.to_owned(),
-                step: (*pass).into(),
+                step: *pass,
             },
             Work::Rollback { region, .. } => Action::Rollback {
                 region: (*region).to_owned(),
                 revision: revision.to_owned(),
             },
         });
-    step.actions.extend(new_work);
+    draft.actions.extend(new_work);
 }

@@ -10,30 +10,30 @@ use crate::api::{Approval, CONTRACT_STAGE, RevisionStep, RolloutPhase};
 
 use super::clock::{from_time, spec_duration};
 use super::revisions::{OUTCOME_COMPLETE, fresh_stages, set_outcome};
-use super::{EventType, Step, approvals};
+use super::{Draft, EventType, approvals};
 
 /// Called when every stage of the current pass has passed. Returns true when the
 /// contract pass has just begun (the caller runs the stages again).
-pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
-    if step.pass() != RevisionStep::Expand {
-        complete(step);
+pub(super) fn finish_pass(draft: &mut Draft<'_>) -> bool {
+    if draft.revision_step() != RevisionStep::Expand {
+        complete(draft);
         return false;
     }
-    let revision = step.revision().unwrap_or_default().to_owned();
-    let contract = &step.spec.strategy.contract;
+    let revision = draft.revision().unwrap_or_default().to_owned();
+    let contract = &draft.spec.strategy.contract;
     if contract.approval == Approval::Required {
-        match approvals::verified(step.spec, &step.status, step.obs, CONTRACT_STAGE) {
+        match approvals::verified(draft.spec, &draft.status, draft.obs, CONTRACT_STAGE) {
             Some(approval) => {
                 let message = format!(
                     "contract step of {revision} approved by {} ({})",
                     approval.approver, approval.name
                 );
-                step.event(EventType::Normal, "ContractApproved", message);
+                draft.event(EventType::Normal, "ContractApproved", message);
             }
             None => {
-                approvals::note_refusals(step, CONTRACT_STAGE);
-                step.status.current_stage = Some(CONTRACT_STAGE.to_owned());
-                step.status.phase = Some(RolloutPhase::AwaitingApproval);
+                approvals::note_refusals(draft, CONTRACT_STAGE);
+                draft.status.current_stage = Some(CONTRACT_STAGE.to_owned());
+                draft.status.phase = Some(RolloutPhase::AwaitingApproval);
                 return false;
             }
         }
@@ -43,16 +43,16 @@ pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
         .as_ref()
         .and_then(|p| spec_duration(&p.duration))
     {
-        let ends = expand_finished_at(step) + pause;
-        if step.now < ends {
-            step.status.current_stage = Some(CONTRACT_STAGE.to_owned());
-            step.wake_at(ends);
+        let ends = expand_finished_at(draft) + pause;
+        if draft.now < ends {
+            draft.status.current_stage = Some(CONTRACT_STAGE.to_owned());
+            draft.wake_at(ends);
             return false;
         }
     }
-    step.status.step = Some(RevisionStep::Contract);
-    step.status.stages = fresh_stages(step);
-    step.event(
+    draft.status.step = Some(RevisionStep::Contract);
+    draft.status.stages = fresh_stages(draft);
+    draft.event(
         EventType::Normal,
         "ContractStarted",
         format!("every region activated the expand pass of {revision}; removing keys"),
@@ -61,26 +61,27 @@ pub(super) fn finish_pass(step: &mut Step<'_>) -> bool {
 }
 
 /// When the last stage of the expand pass passed.
-fn expand_finished_at(step: &Step<'_>) -> DateTime<Utc> {
-    step.status
+fn expand_finished_at(draft: &Draft<'_>) -> DateTime<Utc> {
+    draft
+        .status
         .stages
         .iter()
         .filter_map(|stage| stage.passed_at.as_ref().map(from_time))
         .max()
-        .unwrap_or(step.now)
+        .unwrap_or(draft.now)
 }
 
-fn complete(step: &mut Step<'_>) {
-    let was_complete = step.before.phase == Some(RolloutPhase::Complete)
-        && step.before.revision == step.status.revision;
-    step.status.phase = Some(RolloutPhase::Complete);
-    step.status.current_stage = step.spec.stages.last().map(|stage| stage.name.clone());
+fn complete(draft: &mut Draft<'_>) {
+    let was_complete = draft.before.phase == Some(RolloutPhase::Complete)
+        && draft.before.revision == draft.status.revision;
+    draft.status.phase = Some(RolloutPhase::Complete);
+    draft.status.current_stage = draft.spec.stages.last().map(|stage| stage.name.clone());
     if !was_complete {
-        set_outcome(step, Some(OUTCOME_COMPLETE));
+        set_outcome(draft, Some(OUTCOME_COMPLETE));
         let message = format!(
             "{} rolled out to every stage",
-            step.revision().unwrap_or_default()
+            draft.revision().unwrap_or_default()
         );
-        step.event(EventType::Normal, "RolloutComplete", message);
+        draft.event(EventType::Normal, "RolloutComplete", message);
     }
 }

@@ -8,29 +8,29 @@ use std::collections::HashMap;
 use crate::api::{OnFailure, RevisionStep, RolloutPhase, StageState};
 
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
-use super::{EventType, Step};
+use super::{Draft, EventType};
 
 /// Fails the stage at `index` and applies `onFailure`.
-pub(super) fn fail(step: &mut Step<'_>, index: usize, reason: &str, message: String) {
-    step.status.stages[index].state = StageState::Failed;
-    step.status.current_stage = Some(step.spec.stages[index].name.clone());
-    step.event(EventType::Warning, reason, message.clone());
-    match step.spec.on_failure {
+pub(super) fn fail(draft: &mut Draft<'_>, index: usize, reason: &str, message: String) {
+    draft.status.stages[index].state = StageState::Failed;
+    draft.status.current_stage = Some(draft.spec.stages[index].name.clone());
+    draft.event(EventType::Warning, reason, message.clone());
+    match draft.spec.on_failure {
         OnFailure::Halt => {
-            step.status.phase = Some(RolloutPhase::Halted);
-            set_outcome(step, Some(OUTCOME_HALTED));
-            step.halt = Some((reason.to_owned(), message));
+            draft.status.phase = Some(RolloutPhase::Halted);
+            set_outcome(draft, Some(OUTCOME_HALTED));
+            draft.halt = Some((reason.to_owned(), message));
         }
         OnFailure::Rollback => {
-            step.status.phase = Some(RolloutPhase::RollingBack);
-            step.halt = Some((reason.to_owned(), message));
-            let revision = step.revision().unwrap_or_default().to_owned();
-            step.event(
+            draft.status.phase = Some(RolloutPhase::RollingBack);
+            draft.halt = Some((reason.to_owned(), message));
+            let revision = draft.revision().unwrap_or_default().to_owned();
+            draft.event(
                 EventType::Warning,
                 "RollbackStarted",
                 format!("reverting {revision} in every region it reached, last stage first"),
             );
-            continue_rollback(step);
+            continue_rollback(draft);
         }
     }
 }
@@ -42,16 +42,16 @@ pub const REASON_FUTURE_STAMPS: &str = "FutureStamps";
 /// further ahead than the clock's drift bound: those entries win every write until their
 /// time comes, so the revision could never really reach the region, and reporting it
 /// Complete would be a lie. Neither rollback nor retry helps; a person must look.
-pub(super) fn halt_on_future_stamps(step: &mut Step<'_>) {
+pub(super) fn halt_on_future_stamps(draft: &mut Draft<'_>) {
     if !matches!(
-        step.status.phase,
+        draft.status.phase,
         Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
     ) {
         return;
     }
     let selected: std::collections::HashSet<&str> =
-        step.plan.all_regions().map(|(_, name)| name).collect();
-    let found: Vec<String> = step
+        draft.plan.all_regions().map(|(_, name)| name).collect();
+    let found: Vec<String> = draft
         .obs
         .regions
         .iter()
@@ -67,19 +67,19 @@ pub(super) fn halt_on_future_stamps(step: &mut Step<'_>) {
          take effect there; a person must remove them (the companion ConfigMap) and retry",
         found.join(", ")
     );
-    step.event(EventType::Warning, REASON_FUTURE_STAMPS, message.clone());
-    step.status.phase = Some(RolloutPhase::Halted);
-    set_outcome(step, Some(OUTCOME_HALTED));
-    step.halt = Some((REASON_FUTURE_STAMPS.to_owned(), message));
+    draft.event(EventType::Warning, REASON_FUTURE_STAMPS, message.clone());
+    draft.status.phase = Some(RolloutPhase::Halted);
+    set_outcome(draft, Some(OUTCOME_HALTED));
+    draft.halt = Some((REASON_FUTURE_STAMPS.to_owned(), message));
 }
 
 /// Stages whose regions may have received the revision: every stage once the contract
 /// pass runs (the expand pass reached them all), otherwise the stages that started.
-fn reached_stages(step: &Step<'_>) -> Vec<usize> {
-    (0..step.spec.stages.len())
+fn reached_stages(draft: &Draft<'_>) -> Vec<usize> {
+    (0..draft.spec.stages.len())
         .filter(|&index| {
-            step.pass() == RevisionStep::Contract
-                || step.status.stages.get(index).is_some_and(|stage| {
+            draft.revision_step() == RevisionStep::Contract
+                || draft.status.stages.get(index).is_some_and(|stage| {
                     !matches!(
                         stage.state,
                         StageState::Pending | StageState::AwaitingApproval
@@ -91,9 +91,9 @@ fn reached_stages(step: &Step<'_>) -> Vec<usize> {
 
 /// The stage being rolled back (the last reached stage with a reachable region not yet
 /// reverted), and whether any region still waits for its rollback.
-pub(super) fn rollback_cursor(step: &Step<'_>) -> (Option<usize>, bool) {
-    let revision = step.revision().unwrap_or_default();
-    let rolled_back: HashMap<&str, bool> = step
+pub(super) fn rollback_cursor(draft: &Draft<'_>) -> (Option<usize>, bool) {
+    let revision = draft.revision().unwrap_or_default();
+    let rolled_back: HashMap<&str, bool> = draft
         .obs
         .regions
         .iter()
@@ -105,7 +105,8 @@ pub(super) fn rollback_cursor(step: &Step<'_>) -> (Option<usize>, bool) {
         })
         .collect();
     let reachable = |name: &str| {
-        step.status
+        draft
+            .status
             .regions
             .iter()
             .find(|region| region.name == name)
@@ -113,8 +114,8 @@ pub(super) fn rollback_cursor(step: &Step<'_>) -> (Option<usize>, bool) {
     };
     let mut any_pending = false;
     let mut cursor = None;
-    for index in reached_stages(step).into_iter().rev() {
-        for name in &step.plan.stages[index] {
+    for index in reached_stages(draft).into_iter().rev() {
+        for name in &draft.plan.stages[index] {
             if rolled_back.get(name).copied().unwrap_or(false) {
                 continue;
             }
@@ -131,19 +132,19 @@ pub(super) fn rollback_cursor(step: &Step<'_>) -> (Option<usize>, bool) {
 }
 
 /// Moves the rollback on; the publishes themselves come from `dispatch`.
-pub(super) fn continue_rollback(step: &mut Step<'_>) {
-    let (cursor, any_pending) = rollback_cursor(step);
+pub(super) fn continue_rollback(draft: &mut Draft<'_>) {
+    let (cursor, any_pending) = rollback_cursor(draft);
     if !any_pending {
-        step.status.phase = Some(RolloutPhase::RolledBack);
-        step.status.current_stage = None;
-        set_outcome(step, Some(OUTCOME_ROLLED_BACK));
+        draft.status.phase = Some(RolloutPhase::RolledBack);
+        draft.status.current_stage = None;
+        set_outcome(draft, Some(OUTCOME_ROLLED_BACK));
         let message = format!(
             "{} reverted in every region it reached",
-            step.revision().unwrap_or_default()
+            draft.revision().unwrap_or_default()
         );
-        step.event(EventType::Normal, "RolledBack", message);
+        draft.event(EventType::Normal, "RolledBack", message);
         return;
     }
-    step.status.current_stage = cursor.map(|index| step.spec.stages[index].name.clone());
-    step.poll_regions();
+    draft.status.current_stage = cursor.map(|index| draft.spec.stages[index].name.clone());
+    draft.poll_regions();
 }

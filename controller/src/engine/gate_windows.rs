@@ -22,7 +22,7 @@ use crate::gates::{
 
 use super::clock::{from_time, spec_duration, to_time};
 use super::observations::GateSampleObservation;
-use super::{MAX_SAMPLES_PER_GATE, SampleTally, Step};
+use super::{Draft, MAX_SAMPLES_PER_GATE, SampleTally};
 
 /// A sample the reconcile should take now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub(super) enum StageGates {
     Failed(String),
 }
 
-/// The samples due at `now`, for the reconcile to take before calling `step`.
+/// The samples due at `now`, for the reconcile to take before calling `decide`.
 pub fn gates_due(
     spec: &ConfigRolloutSpec,
     status: &ConfigRolloutStatus,
@@ -127,14 +127,14 @@ impl Schedule {
 }
 
 /// One window per gate (and per region for gates that use `{{region}}`).
-pub(super) fn open_windows(step: &mut Step<'_>, index: usize) {
-    let stage = &step.spec.stages[index];
-    let regions = &step.plan.stages[index];
+pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
+    let stage = &draft.spec.stages[index];
+    let regions = &draft.plan.stages[index];
     let mut windows = Vec::new();
     for gate in stage
         .gates
         .iter()
-        .filter_map(|name| step.spec.gates.iter().find(|gate| &gate.name == name))
+        .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
     {
         let running = |region: Option<String>| GateStatus {
             name: gate.name.clone(),
@@ -152,16 +152,16 @@ pub(super) fn open_windows(step: &mut Step<'_>, index: usize) {
             windows.push(running(None));
         }
     }
-    step.status.stages[index].gates = windows;
+    draft.status.stages[index].gates = windows;
 }
 
 /// Counts the new samples of the stage's windows and judges them.
-pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
-    let Some(revision) = step.revision().map(str::to_owned) else {
+pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
+    let Some(revision) = draft.revision().map(str::to_owned) else {
         return StageGates::Running;
     };
-    let stage_name = step.spec.stages[index].name.clone();
-    let Some(verified_at) = step.status.stages[index]
+    let stage_name = draft.spec.stages[index].name.clone();
+    let Some(verified_at) = draft.status.stages[index]
         .verified_at
         .as_ref()
         .map(from_time)
@@ -171,11 +171,11 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
     let mut failure = None;
     let mut all_passed = true;
     let mut next_due: Option<DateTime<Utc>> = None;
-    // Parse each gate once per step, not once per window and sample.
-    let compiled: Vec<(&Gate, Option<Condition>, Schedule)> = step.spec.stages[index]
+    // Parse each gate once per decision, not once per window and sample.
+    let compiled: Vec<(&Gate, Option<Condition>, Schedule)> = draft.spec.stages[index]
         .gates
         .iter()
-        .filter_map(|name| step.spec.gates.iter().find(|gate| &gate.name == name))
+        .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
         .map(|gate| {
             let condition = Condition::parse(&gate.condition).ok();
             (gate, condition, Schedule::of(gate, verified_at))
@@ -183,7 +183,7 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
         .collect();
     // This stage's samples of this revision, grouped by (gate, region) in time order, so
     // that each window finds its own with a binary search instead of a scan.
-    let mut samples: Vec<&GateSampleObservation> = step
+    let mut samples: Vec<&GateSampleObservation> = draft
         .obs
         .gate_samples
         .iter()
@@ -196,7 +196,7 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
             b.at,
         ))
     });
-    for window in &mut step.status.stages[index].gates {
+    for window in &mut draft.status.stages[index].gates {
         let Some((gate, condition, schedule)) =
             compiled.iter().find(|(gate, ..)| gate.name == window.name)
         else {
@@ -220,7 +220,7 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
                 condition,
                 schedule,
                 window,
-                &mut step.samples_judged,
+                &mut draft.samples_judged,
             );
             window.verdict = Some(verdict_of(gate, window));
             if window.verdict == Some(GateVerdict::Passed) {
@@ -250,7 +250,7 @@ pub(super) fn judge(step: &mut Step<'_>, index: usize) -> StageGates {
         return StageGates::Passed;
     }
     if let Some(due) = next_due {
-        step.wake_at(due.max(step.now));
+        draft.wake_at(due.max(draft.now));
     }
     StageGates::Running
 }

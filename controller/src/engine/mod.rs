@@ -1,11 +1,11 @@
 //! The rollout state machine: pure, no IO, deterministic clock.
 //!
-//! [`step`] takes the spec, the previous status, what the reconcile observed and `now`,
+//! [`decide`] takes the spec, the previous status, what the reconcile observed and `now`,
 //! and returns the next status, the actions to take and when to run again. All progress
 //! lives in the status, so a restarted controller continues where it was.
 //!
 //! The previous status is taken by value and turned into the next one in place: a status
-//! is hundreds of small allocations, and copying it cost more than the rest of a step.
+//! is hundreds of small allocations, and copying it cost more than the rest of a decision.
 //! What the rules need from the status as it was (its phase, revision, which conditions
 //! were true, the region work it called for) is noted before anything changes.
 //!
@@ -16,7 +16,7 @@
 //! retry), `dispatch` (which publishes and rollbacks are new), `conditions` (phase,
 //! conditions, progress) and [`validate`].
 //!
-//! Gate samples: the reconcile calls [`gates_due`] before [`step`], takes those samples
+//! Gate samples: the reconcile calls [`gates_due`] before [`decide`], takes those samples
 //! and passes them in [`Observations::gate_samples`]. A sample is thereby judged in the
 //! same reconcile that took it (no round trip through an action), and a sample that is
 //! taken but lost to a crash before the status is written is simply taken again: the
@@ -69,19 +69,21 @@ const MAX_CONDITION_MESSAGE: usize = 1024;
 /// Decides the next status and actions for one rollout. Pure: the same inputs always
 /// give the same decision. `status` is the previous status; a caller that still needs it
 /// afterwards passes a clone.
-pub fn step(
+pub fn decide(
     spec: &ConfigRolloutSpec,
     status: ConfigRolloutStatus,
     obs: &Observations,
     now: DateTime<Utc>,
 ) -> Decision {
-    let mut step = Step::new(spec, status, obs, now);
-    step.run();
-    step.finish()
+    let mut draft = Draft::new(spec, status, obs, now);
+    draft.run();
+    draft.finish()
 }
 
-/// The working state of one step.
-pub(crate) struct Step<'a> {
+/// A decision being drafted: the previous status, turned into the next one in place by
+/// the rules, with the actions and timers they add. [`Draft::finish`] makes it a
+/// [`Decision`]. Every rule area takes one as `draft`.
+pub(crate) struct Draft<'a> {
     spec: &'a ConfigRolloutSpec,
     before: Before<'a>,
     obs: &'a Observations,
@@ -90,17 +92,17 @@ pub(crate) struct Step<'a> {
     status: ConfigRolloutStatus,
     actions: Vec<Action>,
     wake_at: Option<DateTime<Utc>>,
-    /// Set when this step stops the rollout: (reason, message) for the Halted condition.
+    /// Set when this decision stops the rollout: (reason, message) for the Halted condition.
     halt: Option<(String, String)>,
-    /// Set when this step resumes the rollout (unpaused or retried): deadlines restart.
+    /// Set when this decision resumes the rollout (unpaused or retried): deadlines restart.
     resumed_now: bool,
-    /// Gate samples counted in this step, by verdict.
+    /// Gate samples counted in this decision, by verdict.
     samples_judged: SampleTally,
     /// Approvals that named what is awaited but did not count (four-eyes), as messages.
     approval_refusals: Vec<String>,
 }
 
-/// The facts the rules need from the status a step started from.
+/// The facts the rules need from the status a decision started from.
 pub(crate) struct Before<'a> {
     phase: Option<RolloutPhase>,
     revision: Option<String>,
@@ -117,12 +119,7 @@ impl<'a> Before<'a> {
         obs: &Observations,
         status: &ConfigRolloutStatus,
     ) -> Self {
-        let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| {
-            status
-                .conditions
-                .iter()
-                .any(|condition| condition.type_ == type_ && condition.status == "True")
-        });
+        let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| status.is_true(type_));
         Before {
             phase: status.phase,
             revision: status.revision.clone(),
@@ -140,7 +137,7 @@ impl<'a> Before<'a> {
     }
 }
 
-impl<'a> Step<'a> {
+impl<'a> Draft<'a> {
     fn new(
         spec: &'a ConfigRolloutSpec,
         mut status: ConfigRolloutStatus,
@@ -150,7 +147,7 @@ impl<'a> Step<'a> {
         let plan = selection::plan(spec, &obs.regions, &obs.grant);
         let before = Before::of(spec, &plan, obs, &status);
         status.observed_generation = Some(obs.generation);
-        Step {
+        Draft {
             spec,
             before,
             obs,
@@ -192,10 +189,7 @@ impl<'a> Step<'a> {
             conditions::invalid_spec(self, &errors, reason);
             return;
         }
-        let was_invalid = self.status.conditions.iter().any(|condition| {
-            condition.type_ == crate::api::conditions::INVALID_SPEC && condition.status == "True"
-        });
-        if was_invalid {
+        if self.status.is_true(crate::api::conditions::INVALID_SPEC) {
             // Nothing moved while the spec was invalid: deadlines start again.
             self.resumed_now = true;
         }
@@ -244,8 +238,8 @@ impl<'a> Step<'a> {
         self.status.revision.as_deref()
     }
 
-    /// The pass of the revision being rolled out.
-    fn pass(&self) -> RevisionStep {
+    /// The step (pass) of the revision being rolled out.
+    fn revision_step(&self) -> RevisionStep {
         self.status.step.unwrap_or(RevisionStep::Single)
     }
 

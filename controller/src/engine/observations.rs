@@ -16,11 +16,11 @@ pub struct Observations {
     /// The desired configuration, as a keyed digest and key counts (never values).
     pub desired: DesiredRevision,
     /// A hybrid logical clock stamp minted by the reconcile, rendered. Used only when this
-    /// step declares a revision, so that the engine itself never reads a clock.
+    /// decision declares a revision, so that the engine itself never reads a clock.
     pub fresh_stamp: String,
     /// Every Region object the reconcile knows, with what was read from its cluster.
     pub regions: Vec<RegionObservation>,
-    /// Gate samples taken since the last step (see [`crate::engine::gates_due`]).
+    /// Gate samples taken since the last decision (see [`crate::engine::gates_due`]).
     pub gate_samples: Vec<GateSampleObservation>,
     /// StageApprovals naming this rollout.
     pub approvals: Vec<ApprovalObservation>,

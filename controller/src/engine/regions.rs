@@ -9,7 +9,7 @@ use crate::api::{ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, R
 
 use super::clock::to_time;
 use super::observations::RegionObservation;
-use super::{Action, Step};
+use super::{Action, Draft};
 
 /// Whether `mark` is for this revision and pass.
 pub(super) fn mark_is(mark: Option<&LifecycleMark>, revision: &str, pass: RevisionStep) -> bool {
@@ -34,18 +34,18 @@ pub(super) fn region_done(
 
 /// Rebuilds `status.regions` in plan order from the observations, keeping marks already
 /// reached, and restarts consumers in regions that just materialized.
-pub(super) fn sync(step: &mut Step<'_>) {
-    let Some(revision) = step.revision().map(str::to_owned) else {
+pub(super) fn sync(draft: &mut Draft<'_>) {
+    let Some(revision) = draft.revision().map(str::to_owned) else {
         return;
     };
-    let pass = step.pass();
-    let has_consumers = !step.spec.consumers.is_empty();
-    let restarts = step
+    let pass = draft.revision_step();
+    let has_consumers = !draft.spec.consumers.is_empty();
+    let restarts = draft
         .spec
         .consumers
         .iter()
         .any(|consumer| consumer.delivery == Delivery::Restart);
-    let observed: HashMap<&str, &RegionObservation> = step
+    let observed: HashMap<&str, &RegionObservation> = draft
         .obs
         .regions
         .iter()
@@ -53,29 +53,29 @@ pub(super) fn sync(step: &mut Step<'_>) {
         .collect();
     // The common case is a status already in plan order: update it in place instead
     // of rebuilding (this runs on every reconcile of every rollout).
-    let aligned = step
+    let aligned = draft
         .status
         .regions
         .iter()
         .map(|region| region.name.as_str())
-        .eq(step.plan.all_regions().map(|(_, name)| name));
+        .eq(draft.plan.all_regions().map(|(_, name)| name));
     let mut previous: HashMap<String, RegionRolloutStatus> = if aligned {
         HashMap::new()
     } else {
-        std::mem::take(&mut step.status.regions)
+        std::mem::take(&mut draft.status.regions)
             .into_iter()
             .map(|region| (region.name.clone(), region))
             .collect()
     };
-    let now = to_time(step.now);
+    let now = to_time(draft.now);
     let mut regions = if aligned {
-        std::mem::take(&mut step.status.regions)
+        std::mem::take(&mut draft.status.regions)
     } else {
-        Vec::with_capacity(step.plan.region_count())
+        Vec::with_capacity(draft.plan.region_count())
     };
     let mut restart_in = Vec::new();
 
-    for (position, (stage_index, name)) in step.plan.all_regions().enumerate() {
+    for (position, (stage_index, name)) in draft.plan.all_regions().enumerate() {
         if !aligned {
             let region = previous
                 .remove(name)
@@ -88,7 +88,7 @@ pub(super) fn sync(step: &mut Step<'_>) {
         let Some(region) = regions.get_mut(position) else {
             continue;
         };
-        let stage_name = &step.spec.stages[stage_index].name;
+        let stage_name = &draft.spec.stages[stage_index].name;
         if region.stage.as_ref() != Some(stage_name) {
             region.stage = Some(stage_name.clone());
         }
@@ -173,9 +173,9 @@ pub(super) fn sync(step: &mut Step<'_>) {
             }
         }
     }
-    step.status.regions = regions;
+    draft.status.regions = regions;
     for region in restart_in {
-        step.actions.push(Action::RestartConsumers {
+        draft.actions.push(Action::RestartConsumers {
             region,
             revision: revision.clone(),
             step: pass,

@@ -5,7 +5,7 @@
 use crate::api::{ExpandContract, RevisionRecord, RevisionStep, RolloutPhase, StageStatus};
 
 use super::clock::to_time;
-use super::{Action, EventType, Step};
+use super::{Action, Draft, EventType};
 
 /// Outcome recorded on a revision replaced before it finished.
 pub const OUTCOME_SUPERSEDED: &str = "Superseded";
@@ -24,67 +24,68 @@ pub fn revision_number(name: &str) -> Option<u64> {
 }
 
 /// Declares a new revision when the desired digest differs from the current one.
-pub(super) fn ensure_current(step: &mut Step<'_>) {
-    let desired = &step.obs.desired;
+pub(super) fn ensure_current(draft: &mut Draft<'_>) {
+    let desired = &draft.obs.desired;
     if desired.digest.is_empty() {
         return;
     }
-    let current_digest = step
+    let current_digest = draft
         .status
         .history
         .last()
-        .filter(|record| Some(&record.name) == step.status.revision.as_ref())
+        .filter(|record| Some(&record.name) == draft.status.revision.as_ref())
         .and_then(|record| record.digest.as_deref());
     if current_digest == Some(desired.digest.as_str()) {
         return;
     }
 
-    let highest = step
+    let highest = draft
         .status
         .history
         .iter()
         .map(|record| record.name.as_str())
-        .chain(step.status.revision.as_deref())
+        .chain(draft.status.revision.as_deref())
         .filter_map(revision_number)
         .max()
         .unwrap_or(0);
     let name = format!("r{}", highest + 1);
-    if let Some(previous) = step.status.history.last_mut()
+    if let Some(previous) = draft.status.history.last_mut()
         && previous.outcome.is_none()
     {
         previous.outcome = Some(OUTCOME_SUPERSEDED.to_owned());
     }
-    step.status.history.push(RevisionRecord {
+    draft.status.history.push(RevisionRecord {
         name: name.clone(),
         digest: Some(desired.digest.clone()),
-        declared_at: to_time(step.now),
-        stamp: step.obs.fresh_stamp.clone(),
+        declared_at: to_time(draft.now),
+        stamp: draft.obs.fresh_stamp.clone(),
         keys_set: i32::try_from(desired.keys_set).unwrap_or(i32::MAX),
         keys_removed: i32::try_from(desired.keys_removed).unwrap_or(i32::MAX),
         outcome: None,
     });
-    let limit = usize::try_from(step.spec.revision_history_limit.clamp(1, 100)).unwrap_or(1);
-    let excess = step.status.history.len().saturating_sub(limit);
-    step.status.history.drain(..excess);
+    let limit = usize::try_from(draft.spec.revision_history_limit.clamp(1, 100)).unwrap_or(1);
+    let excess = draft.status.history.len().saturating_sub(limit);
+    draft.status.history.drain(..excess);
 
-    let pass =
-        if desired.keys_removed > 0 && step.spec.strategy.expand_contract == ExpandContract::Auto {
-            RevisionStep::Expand
-        } else {
-            RevisionStep::Single
-        };
-    step.status.revision = Some(name.clone());
-    step.status.step = Some(pass);
-    step.status.current_stage = None;
-    step.status.phase = Some(RolloutPhase::Progressing);
-    step.status.stages = fresh_stages(step);
-    step.actions.push(Action::DeclareRevision {
+    let pass = if desired.keys_removed > 0
+        && draft.spec.strategy.expand_contract == ExpandContract::Auto
+    {
+        RevisionStep::Expand
+    } else {
+        RevisionStep::Single
+    };
+    draft.status.revision = Some(name.clone());
+    draft.status.step = Some(pass);
+    draft.status.current_stage = None;
+    draft.status.phase = Some(RolloutPhase::Progressing);
+    draft.status.stages = fresh_stages(draft);
+    draft.actions.push(Action::DeclareRevision {
         name: name.clone(),
         digest: desired.digest.clone(),
-        stamp: step.obs.fresh_stamp.clone(),
+        stamp: draft.obs.fresh_stamp.clone(),
     });
     let digest_prefix: String = desired.digest.chars().take(12).collect();
-    step.event(
+    draft.event(
         EventType::Normal,
         "RevisionDeclared",
         format!(
@@ -95,8 +96,9 @@ pub(super) fn ensure_current(step: &mut Step<'_>) {
 }
 
 /// One pending stage status per spec stage.
-pub(super) fn fresh_stages(step: &Step<'_>) -> Vec<StageStatus> {
-    step.spec
+pub(super) fn fresh_stages(draft: &Draft<'_>) -> Vec<StageStatus> {
+    draft
+        .spec
         .stages
         .iter()
         .map(|stage| StageStatus {
@@ -107,9 +109,9 @@ pub(super) fn fresh_stages(step: &Step<'_>) -> Vec<StageStatus> {
 }
 
 /// Records how the current revision ended.
-pub(super) fn set_outcome(step: &mut Step<'_>, outcome: Option<&str>) {
-    let revision = step.status.revision.clone();
-    if let Some(record) = step
+pub(super) fn set_outcome(draft: &mut Draft<'_>, outcome: Option<&str>) {
+    let revision = draft.status.revision.clone();
+    if let Some(record) = draft
         .status
         .history
         .iter_mut()

@@ -38,7 +38,7 @@ pub fn settle(mut status: ConfigRolloutStatus, outcome: &ActOutcome) -> ConfigRo
 mod tests {
     use super::*;
     use crate::api::ConfigRolloutSpec;
-    use crate::engine::{Action, DesiredRevision, Grant, Observations, RegionObservation, step};
+    use crate::engine::{Action, DesiredRevision, Grant, Observations, RegionObservation, decide};
     use chrono::Utc;
 
     fn spec() -> ConfigRolloutSpec {
@@ -80,7 +80,7 @@ mod tests {
     fn a_failed_merge_is_sent_again_on_the_next_reconcile() {
         let spec = spec();
         let now = Utc::now();
-        let first = step(&spec, Default::default(), &observations(), now);
+        let first = decide(&spec, Default::default(), &observations(), now);
         assert_eq!(publishes(&first.actions), 1);
 
         // The merge failed: recorded, the next reconcile (region still not holding the
@@ -97,11 +97,11 @@ mod tests {
         let region = &status.regions[0];
         assert_eq!(region.reachable, Some(false));
         assert_eq!(region.last_error.as_deref(), Some("write target: 403"));
-        let retried = step(&spec, status, &observations(), now);
+        let retried = decide(&spec, status, &observations(), now);
         assert_eq!(publishes(&retried.actions), 1);
 
         // Without the record, the engine (rightly, for restart safety) sends nothing new.
-        let unmarked = step(&spec, first.status, &observations(), now);
+        let unmarked = decide(&spec, first.status, &observations(), now);
         assert_eq!(publishes(&unmarked.actions), 0);
     }
 }

@@ -10,34 +10,34 @@ use crate::api::{RolloutPhase, StageState, StageStatus, conditions};
 
 use super::clock::{from_time, spec_duration, to_time};
 use super::gate_windows::{self, StageGates};
-use super::{EventType, Step, approvals, expand_contract, failure, regions};
+use super::{Draft, EventType, approvals, expand_contract, failure, regions};
 
 /// Runs the stage machine until it blocks; at most two passes (expand, then contract).
-pub(super) fn advance(step: &mut Step<'_>) {
-    align(step);
+pub(super) fn advance(draft: &mut Draft<'_>) {
+    align(draft);
     for _ in 0..2 {
-        if !run_stages(step) {
+        if !run_stages(draft) {
             return;
         }
-        if !expand_contract::finish_pass(step) {
+        if !expand_contract::finish_pass(draft) {
             return;
         }
     }
 }
 
 /// Keeps one stage status per spec stage, in spec order, even if stages were edited.
-fn align(step: &mut Step<'_>) {
-    let aligned = step
+fn align(draft: &mut Draft<'_>) {
+    let aligned = draft
         .status
         .stages
         .iter()
         .map(|stage| stage.name.as_str())
-        .eq(step.spec.stages.iter().map(|stage| stage.name.as_str()));
+        .eq(draft.spec.stages.iter().map(|stage| stage.name.as_str()));
     if aligned {
         return;
     }
-    let mut previous = std::mem::take(&mut step.status.stages);
-    step.status.stages = step
+    let mut previous = std::mem::take(&mut draft.status.stages);
+    draft.status.stages = draft
         .spec
         .stages
         .iter()
@@ -55,16 +55,16 @@ fn align(step: &mut Step<'_>) {
 }
 
 /// The regions of the stage, in rollout order, that are not done with the pass.
-pub(super) fn pending_regions(step: &Step<'_>, index: usize) -> Vec<String> {
-    let Some(revision) = step.revision() else {
+pub(super) fn pending_regions(draft: &Draft<'_>, index: usize) -> Vec<String> {
+    let Some(revision) = draft.revision() else {
         return Vec::new();
     };
-    let pass = step.pass();
-    let has_consumers = !step.spec.consumers.is_empty();
-    step.plan.stages[index]
+    let pass = draft.revision_step();
+    let has_consumers = !draft.spec.consumers.is_empty();
+    draft.plan.stages[index]
         .iter()
         .filter(|name| {
-            !step
+            !draft
                 .status
                 .regions
                 .iter()
@@ -76,65 +76,65 @@ pub(super) fn pending_regions(step: &Step<'_>, index: usize) -> Vec<String> {
 }
 
 /// Returns true when every stage of the pass has passed.
-fn run_stages(step: &mut Step<'_>) -> bool {
-    for index in 0..step.spec.stages.len() {
+fn run_stages(draft: &mut Draft<'_>) -> bool {
+    for index in 0..draft.spec.stages.len() {
         loop {
-            match step.status.stages[index].state {
+            match draft.status.stages[index].state {
                 StageState::Passed => break,
                 StageState::Failed => {
-                    step.status.current_stage = Some(step.spec.stages[index].name.clone());
+                    draft.status.current_stage = Some(draft.spec.stages[index].name.clone());
                     return false;
                 }
                 StageState::Pending | StageState::AwaitingApproval => {
-                    step.status.current_stage = Some(step.spec.stages[index].name.clone());
-                    if !approvals::stage_may_start(step, index) {
-                        step.status.stages[index].state = StageState::AwaitingApproval;
-                        step.status.phase = Some(RolloutPhase::AwaitingApproval);
+                    draft.status.current_stage = Some(draft.spec.stages[index].name.clone());
+                    if !approvals::stage_may_start(draft, index) {
+                        draft.status.stages[index].state = StageState::AwaitingApproval;
+                        draft.status.phase = Some(RolloutPhase::AwaitingApproval);
                         return false;
                     }
-                    start(step, index);
+                    start(draft, index);
                 }
                 StageState::Progressing => {
-                    step.status.current_stage = Some(step.spec.stages[index].name.clone());
-                    if !approvals::recheck_running(step, index) {
-                        step.status.phase = Some(RolloutPhase::AwaitingApproval);
+                    draft.status.current_stage = Some(draft.spec.stages[index].name.clone());
+                    if !approvals::recheck_running(draft, index) {
+                        draft.status.phase = Some(RolloutPhase::AwaitingApproval);
                         return false;
                     }
-                    let pending = pending_regions(step, index);
+                    let pending = pending_regions(draft, index);
                     if !pending.is_empty() {
-                        step.poll_regions();
-                        check_deadline(step, index, &pending);
+                        draft.poll_regions();
+                        check_deadline(draft, index, &pending);
                         return false;
                     }
-                    let stage = &mut step.status.stages[index];
+                    let stage = &mut draft.status.stages[index];
                     stage.state = StageState::Verifying;
-                    stage.verified_at = Some(to_time(step.now));
-                    gate_windows::open_windows(step, index);
+                    stage.verified_at = Some(to_time(draft.now));
+                    gate_windows::open_windows(draft, index);
                 }
-                StageState::Verifying => match gate_windows::judge(step, index) {
+                StageState::Verifying => match gate_windows::judge(draft, index) {
                     StageGates::Failed(message) => {
-                        failure::fail(step, index, "GateFailed", message);
+                        failure::fail(draft, index, "GateFailed", message);
                         return false;
                     }
                     StageGates::Running => {
-                        check_deadline(step, index, &[]);
+                        check_deadline(draft, index, &[]);
                         return false;
                     }
                     StageGates::Passed => {
-                        if step.spec.stages[index].pause.is_some() {
-                            step.status.stages[index].state = StageState::Baking;
+                        if draft.spec.stages[index].pause.is_some() {
+                            draft.status.stages[index].state = StageState::Baking;
                         } else {
-                            pass(step, index);
+                            pass(draft, index);
                         }
                     }
                 },
                 StageState::Baking => {
-                    let bake_end = bake_end(step, index);
-                    if step.now < bake_end {
-                        step.wake_at(bake_end);
+                    let bake_end = bake_end(draft, index);
+                    if draft.now < bake_end {
+                        draft.wake_at(bake_end);
                         return false;
                     }
-                    pass(step, index);
+                    pass(draft, index);
                 }
             }
         }
@@ -142,43 +142,43 @@ fn run_stages(step: &mut Step<'_>) -> bool {
     true
 }
 
-fn start(step: &mut Step<'_>, index: usize) {
-    let stage = &mut step.status.stages[index];
+fn start(draft: &mut Draft<'_>, index: usize) {
+    let stage = &mut draft.status.stages[index];
     stage.state = StageState::Progressing;
-    stage.started_at = Some(to_time(step.now));
+    stage.started_at = Some(to_time(draft.now));
     let message = format!(
         "stage {} of {} started ({:?} pass, {} regions, at most {} at once)",
-        step.spec.stages[index].name,
-        step.revision().unwrap_or_default(),
-        step.pass(),
-        step.plan.stages[index].len(),
-        step.spec.stages[index].max_parallel.max(1),
+        draft.spec.stages[index].name,
+        draft.revision().unwrap_or_default(),
+        draft.revision_step(),
+        draft.plan.stages[index].len(),
+        draft.spec.stages[index].max_parallel.max(1),
     );
-    step.event(EventType::Normal, "StageStarted", message);
+    draft.event(EventType::Normal, "StageStarted", message);
 }
 
-fn pass(step: &mut Step<'_>, index: usize) {
-    let stage = &mut step.status.stages[index];
+fn pass(draft: &mut Draft<'_>, index: usize) {
+    let stage = &mut draft.status.stages[index];
     stage.state = StageState::Passed;
-    stage.passed_at = Some(to_time(step.now));
+    stage.passed_at = Some(to_time(draft.now));
     let message = format!(
         "stage {} of {} passed ({:?} pass)",
-        step.spec.stages[index].name,
-        step.revision().unwrap_or_default(),
-        step.pass(),
+        draft.spec.stages[index].name,
+        draft.revision().unwrap_or_default(),
+        draft.revision_step(),
     );
-    step.event(EventType::Normal, "StagePassed", message);
+    draft.event(EventType::Normal, "StagePassed", message);
 }
 
 /// The bake starts when the gates passed (the latest counted sample), or when the stage
 /// was verified if it has no gates.
-fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
-    let stage = &step.status.stages[index];
+fn bake_end(draft: &Draft<'_>, index: usize) -> DateTime<Utc> {
+    let stage = &draft.status.stages[index];
     let verified_at = stage
         .verified_at
         .as_ref()
         .map(from_time)
-        .unwrap_or(step.now);
+        .unwrap_or(draft.now);
     let gates_passed_at = stage
         .gates
         .iter()
@@ -187,7 +187,7 @@ fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
         .max()
         .unwrap_or(verified_at)
         .max(verified_at);
-    let pause = step.spec.stages[index]
+    let pause = draft.spec.stages[index]
         .pause
         .as_ref()
         .and_then(|pause| spec_duration(&pause.duration))
@@ -198,15 +198,15 @@ fn bake_end(step: &Step<'_>, index: usize) -> DateTime<Utc> {
 /// When the stage's deadline clock started: its start, or the last resume from a pause,
 /// a retry after a halt or a fix of an invalid spec, whichever is later (a rollout that
 /// could not move is not late).
-fn deadline_clock_start(step: &Step<'_>, index: usize) -> Option<DateTime<Utc>> {
-    let started = step.status.stages[index]
+fn deadline_clock_start(draft: &Draft<'_>, index: usize) -> Option<DateTime<Utc>> {
+    let started = draft.status.stages[index]
         .started_at
         .as_ref()
         .map(from_time)?;
-    if step.resumed_now {
-        return Some(step.now.max(started));
+    if draft.resumed_now {
+        return Some(draft.now.max(started));
     }
-    let resumed = step
+    let resumed = draft
         .status
         .conditions
         .iter()
@@ -224,23 +224,23 @@ fn deadline_clock_start(step: &Step<'_>, index: usize) -> Option<DateTime<Utc>> 
     Some(resumed.map_or(started, |resumed| resumed.max(started)))
 }
 
-fn check_deadline(step: &mut Step<'_>, index: usize, pending: &[String]) {
-    let Some(deadline) = step.spec.stages[index]
+fn check_deadline(draft: &mut Draft<'_>, index: usize, pending: &[String]) {
+    let Some(deadline) = draft.spec.stages[index]
         .progress_deadline
         .as_deref()
         .and_then(spec_duration)
     else {
         return;
     };
-    let Some(clock_start) = deadline_clock_start(step, index) else {
+    let Some(clock_start) = deadline_clock_start(draft, index) else {
         return;
     };
     let expires = clock_start + deadline;
-    if step.now < expires {
-        step.wake_at(expires);
+    if draft.now < expires {
+        draft.wake_at(expires);
         return;
     }
-    let stage = &step.spec.stages[index];
+    let stage = &draft.spec.stages[index];
     let waiting = if pending.is_empty() {
         "gates still sampling".to_owned()
     } else {
@@ -248,7 +248,7 @@ fn check_deadline(step: &mut Step<'_>, index: usize, pending: &[String]) {
             .iter()
             .take(10)
             .map(|name| {
-                let unreachable = step
+                let unreachable = draft
                     .status
                     .regions
                     .iter()
@@ -268,5 +268,5 @@ fn check_deadline(step: &mut Step<'_>, index: usize, pending: &[String]) {
         stage.name,
         stage.progress_deadline.as_deref().unwrap_or_default()
     );
-    failure::fail(step, index, "ProgressDeadlineExceeded", message);
+    failure::fail(draft, index, "ProgressDeadlineExceeded", message);
 }

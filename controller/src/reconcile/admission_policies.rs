@@ -19,8 +19,6 @@ use super::api_call;
 pub const APPROVER_POLICY: &str = "stageapproval-approver.configrollout.dev";
 /// The MutatingAdmissionPolicy (and binding) stamping `configrollout.dev/spec-author`.
 pub const SPEC_AUTHOR_POLICY: &str = "spec-author.configrollout.dev";
-/// The annotation the spec-author policy stamps.
-pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
 /// How long a check is reused.
 const RECHECK_AFTER: Duration = Duration::from_secs(20);
 

@@ -142,7 +142,7 @@ async fn run_steps(
         .map_err(ReconcileError::Observe)?;
 
     let previous = rollout.status.clone().unwrap_or_default();
-    let decision = engine::step(&rollout.spec, previous, &observations, now);
+    let decision = engine::decide(&rollout.spec, previous, &observations, now);
     record.samples_judged = decision.samples_judged;
 
     let report = act::act(

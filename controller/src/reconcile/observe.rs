@@ -9,7 +9,8 @@ use kube::ResourceExt;
 
 use super::fetch::{Fetched, control};
 use super::region_read::{ObservedRegion, Reader, prometheus_url, read_region};
-use super::{Context, HubError, MAX_CLOCK_DRIFT, admission_policies, api_call};
+use super::{Context, HubError, MAX_CLOCK_DRIFT, api_call};
+use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
 use crate::crdt::{WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Grant, Observations};
@@ -91,10 +92,7 @@ pub async fn observe(
         grant: fetched.grant.clone(),
         target_refusals,
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
-        spec_author: rollout
-            .annotations()
-            .get(admission_policies::SPEC_AUTHOR_ANNOTATION)
-            .cloned(),
+        spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         four_eyes_default: ctx.four_eyes_default,
         missing_policies,
     })

@@ -10,8 +10,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, conditions};
 use configrollout::engine::{
     Action, AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Decision,
-    DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation, gates_due,
-    step,
+    DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation, decide,
+    gates_due,
 };
 use configrollout::gates::QueryResult;
 use serde_json::{Value, json};
@@ -62,7 +62,7 @@ pub struct World {
     pub approvals: Vec<ApprovalObservation>,
     pub control: Control,
     pub metric: Metric,
-    /// Every action ever returned, with the time of the step.
+    /// Every action ever returned, with the time of the decision.
     pub log: Vec<(DateTime<Utc>, Action)>,
     pub last: Option<Decision>,
     /// What the rollout's namespace may reach: by default the target's namespace.
@@ -179,7 +179,7 @@ impl World {
         }
     }
 
-    /// One reconcile: sample due gates, step, apply the actions, keep the status.
+    /// One reconcile: sample due gates, decide, apply the actions, keep the status.
     pub fn tick(&mut self) -> Decision {
         self.tick_checked(|_, _, _| {})
     }
@@ -192,7 +192,7 @@ impl World {
     ) -> Decision {
         let samples = self.samples();
         let observations = self.observations(samples);
-        let decision = step(&self.spec, self.status.clone(), &observations, self.now);
+        let decision = decide(&self.spec, self.status.clone(), &observations, self.now);
         check(&observations, &self.status, &decision);
         for action in &decision.actions {
             self.log.push((self.now, action.clone()));
@@ -317,20 +317,16 @@ impl World {
         &self,
         type_: &str,
     ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-        self.status
-            .conditions
-            .iter()
-            .find(|condition| condition.type_ == type_)
+        self.status.condition(type_)
     }
 
     pub fn condition_true(&self, type_: &str) -> bool {
-        self.condition(type_)
-            .is_some_and(|condition| condition.status == "True")
+        self.status.is_true(type_)
     }
 
     pub fn halted_reason(&self) -> Option<String> {
-        self.condition(conditions::HALTED)
-            .filter(|condition| condition.status == "True")
+        self.status
+            .true_condition(conditions::HALTED)
             .map(|condition| condition.reason.clone())
     }
 }

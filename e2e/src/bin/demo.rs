@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use configrollout::api::ConfigRollout;
+use configrollout::api::{ConfigRollout, conditions};
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -163,7 +163,7 @@ async fn demo(keep: bool) -> DemoResult<()> {
     watch_until(&rollouts, "RolledBack").await?;
     let rollout = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
     for condition in rollout.status.iter().flat_map(|status| &status.conditions) {
-        if condition.status == "True"
+        if conditions::is_true(condition)
             && ["Halted", "RolledBack"].contains(&condition.type_.as_str())
         {
             println!(

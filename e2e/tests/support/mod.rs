@@ -198,12 +198,10 @@ impl World {
 }
 
 pub fn condition_true(rollout: &ConfigRollout, type_: &str) -> bool {
-    rollout.status.as_ref().is_some_and(|status| {
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == "True")
-    })
+    rollout
+        .status
+        .as_ref()
+        .is_some_and(|status| status.is_true(type_))
 }
 
 pub fn phase_of(rollout: &ConfigRollout) -> Option<String> {

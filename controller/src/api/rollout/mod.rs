@@ -1,0 +1,8 @@
+//! `ConfigRollout`: one managed configuration object rolled out across regions in stages.
+//! The spec (what to roll out and how) and the status (how far it got) live apart.
+
+mod spec;
+mod status;
+
+pub use spec::*;
+pub use status::*;

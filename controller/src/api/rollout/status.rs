@@ -1,0 +1,337 @@
+//! `ConfigRollout.status`: what the controller has observed and done, per stage and
+//! per region, and the conditions it sets.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{conditions, schema};
+
+/// What the controller has observed and done. Every field may be absent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigRolloutStatus {
+    /// The `metadata.generation` this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Where the rollout is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RolloutPhase>,
+    /// The revision being rolled out (or last rolled out), e.g. `r3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Which pass of expand-and-contract is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RevisionStep>,
+    /// The stage now running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_stage: Option<String>,
+    /// Regions done out of regions selected, e.g. `2/3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// One entry per stage, in spec order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+    /// One entry per selected region.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<RegionRolloutStatus>,
+    /// Declared revisions, newest last, at most `spec.revisionHistoryLimit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RevisionRecord>,
+    /// The operator requests (abort, retry) acted on, so each acts once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlRecord>,
+    /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
+    /// Complete, Drifted, InvalidSpec, AdmissionPolicies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::conditions_list)]
+    pub conditions: Vec<Condition>,
+}
+
+impl ConfigRolloutStatus {
+    /// The condition of type `type_` (one of [`conditions`]), whatever its status.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions
+            .iter()
+            .find(|condition| condition.type_ == type_)
+    }
+
+    /// The condition of type `type_`, if it is true.
+    pub fn true_condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions
+            .iter()
+            .find(|condition| condition.type_ == type_ && conditions::is_true(condition))
+    }
+
+    /// Whether the condition of type `type_` is true.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.true_condition(type_).is_some()
+    }
+}
+
+/// The request times of the last abort and retry acted on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlRecord {
+    /// The abort request (its annotation's time) last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_at: Option<Time>,
+    /// The retry request (its annotation's time) last acted on, or consumed by an abort
+    /// that came after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
+    /// The last retry request refused for being dated ahead of the controller's clock: it
+    /// never acts, not even once its time comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_retry_at: Option<Time>,
+}
+
+/// Where a rollout is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RolloutPhase {
+    /// Accepted, nothing published yet.
+    Pending,
+    /// A stage is running.
+    Progressing,
+    /// `spec.paused` holds the rollout.
+    Paused,
+    /// Waiting for a StageApproval.
+    AwaitingApproval,
+    /// Stopped by a failure; resumes by retry, abort or a new revision.
+    Halted,
+    /// Publishing compensating deltas.
+    RollingBack,
+    /// Compensating deltas published everywhere.
+    RolledBack,
+    /// Every stage passed.
+    Complete,
+}
+
+/// Which pass of a revision is running.
+// Ord: the engine keeps region work, keyed by pass, in sorted lists.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum RevisionStep {
+    /// New and changed keys published, removed keys kept.
+    Expand,
+    /// Removed keys tombstoned.
+    Contract,
+    /// Everything in one pass (nothing removed, or expand-contract disabled).
+    Single,
+}
+
+/// Progress of one stage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// Stage name.
+    pub name: String,
+    /// Where the stage is.
+    #[serde(default)]
+    pub state: StageState,
+    /// When its first region was updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When all its regions were activated and gates started counting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<Time>,
+    /// When it passed (gates and bake time included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_at: Option<Time>,
+    /// The approval that let it start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
+    /// Gate verdicts and samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
+}
+
+/// Where a stage is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum StageState {
+    /// Not started.
+    #[default]
+    Pending,
+    /// Waiting for a StageApproval.
+    AwaitingApproval,
+    /// Regions being updated.
+    Progressing,
+    /// Gates sampling.
+    Verifying,
+    /// Passed gates, in its bake time.
+    Baking,
+    /// Done.
+    Passed,
+    /// A gate failed or the deadline passed.
+    Failed,
+}
+
+/// The StageApproval a stage started on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// Name of the StageApproval object.
+    pub name: String,
+    /// Who approved (the admission policy makes this the requesting user).
+    pub approver: String,
+    /// Why, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the approval was created.
+    pub approved_at: Time,
+}
+
+/// A gate's progress, per region or for the stage as a whole.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    /// Gate name.
+    pub name: String,
+    /// Region the gate is evaluated for, when per region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Current verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<GateVerdict>,
+    /// Successful samples so far.
+    #[serde(default)]
+    pub successes: i32,
+    /// Failed samples so far.
+    #[serde(default)]
+    pub failures: i32,
+    /// Inconclusive samples so far.
+    #[serde(default)]
+    pub inconclusives: i32,
+    /// Recent samples, oldest first (bounded by the controller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<GateSample>,
+}
+
+/// A gate's verdict.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GateVerdict {
+    /// Still sampling.
+    Running,
+    /// Enough successful samples.
+    Passed,
+    /// Too many failed or inconclusive samples.
+    Failed,
+}
+
+/// One sample of a gate.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateSample {
+    /// When the query ran.
+    pub at: Time,
+    /// The metric value, rendered (a metric, never configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// How the sample counted.
+    pub verdict: SampleVerdict,
+    /// Why, for failed and inconclusive samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// How one sample counted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SampleVerdict {
+    /// The condition held.
+    Successful,
+    /// The condition did not hold.
+    Failed,
+    /// No data, NaN, or Prometheus error or unreachable.
+    Inconclusive,
+}
+
+/// The revision's progress in one region: the evidence plane.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionRolloutStatus {
+    /// Region name.
+    pub name: String,
+    /// The stage that covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Whether its API server answered last time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
+    /// Replica merged and digest read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub materialized: Option<LifecycleMark>,
+    /// Consumers restarted and ready, or projected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<LifecycleMark>,
+    /// Consumers report the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated: Option<LifecycleMark>,
+    /// Consumer counts (never values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<ConsumerCounts>,
+    /// Keys whose live value differs from the replica (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drifted_keys: Vec<String>,
+    /// Keys held by a regional override (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overridden_keys: Vec<String>,
+    /// Last error talking to the region (no configuration values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// A lifecycle step reached in a region.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleMark {
+    /// Revision name, e.g. `r3`.
+    pub revision: String,
+    /// Pass of the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<RevisionStep>,
+    /// Keyed digest of the live state read back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When the step was reached.
+    pub at: Time,
+}
+
+/// Consumer counts in a region.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerCounts {
+    /// Instances of the declared consumers.
+    #[serde(default)]
+    pub total: i32,
+    /// Instances running the revision.
+    #[serde(default)]
+    pub delivered: i32,
+    /// Instances reporting the revision.
+    #[serde(default)]
+    pub activated: i32,
+}
+
+/// A declared revision.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRecord {
+    /// Revision name, e.g. `r3`.
+    pub name: String,
+    /// Keyed digest of the declared state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When it was declared.
+    pub declared_at: Time,
+    /// Its hybrid logical clock stamp, rendered.
+    pub stamp: String,
+    /// Keys it sets or changes.
+    #[serde(default)]
+    pub keys_set: i32,
+    /// Keys it removes.
+    #[serde(default)]
+    pub keys_removed: i32,
+    /// How it ended: Complete, Superseded, Halted, RolledBack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
