@@ -677,6 +677,24 @@ fn an_invalid_spec_is_reported_and_touches_no_region() {
 }
 
 #[test]
+fn a_consumer_selector_a_region_would_read_differently_is_an_invalid_spec() {
+    let mut value = three_stages();
+    value["consumers"] = json!([{
+        "kind": "Deployment",
+        "selector": {"matchLabels": {"app": "api,tier!=canary"}},
+    }]);
+    let mut world = World::new(spec(value), &ALL);
+    world.run(3, 1);
+    assert!(world.condition_true(conditions::INVALID_SPEC));
+    assert!(world.publishes().is_empty());
+    let message = &world.condition(conditions::INVALID_SPEC).unwrap().message;
+    assert!(
+        message.contains("spec.consumers[0].selector.matchLabels.app"),
+        "{message}"
+    );
+}
+
+#[test]
 fn fixing_an_invalid_spec_resumes_with_a_fresh_deadline() {
     let mut value = three_stages();
     value["stages"][0]["progressDeadline"] = json!("1m");

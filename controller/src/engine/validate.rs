@@ -10,7 +10,7 @@ use crate::api::{ConfigRolloutSpec, Pause};
 use crate::gates::{Condition, TemplateValues, check_template, render};
 
 use super::clock::spec_duration;
-use super::selection::requirement_is_valid;
+use super::selection::{requirement_is_valid, server_selector};
 
 /// One problem with a spec, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +117,14 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
                 format!("spec.consumers[{index}].selector"),
                 "must not be empty: an empty selector matches every workload of the namespace"
                     .into(),
+            );
+        }
+        // Consumers are listed with the selector sent to each region's apiserver: what it
+        // would refuse, or read differently, is refused here, before any region is read.
+        if let Some(Err(error)) = consumer.selector.as_ref().map(server_selector) {
+            report(
+                format!("spec.consumers[{index}].selector.{}", error.field),
+                error.message,
             );
         }
         if let Some(query) = &consumer.activation_query {
