@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +26,9 @@ use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
-use crate::reconcile::{self, Context, HubError, ReconcileError, WriteFence, region_status};
+use crate::reconcile::{
+    self, Context, HubError, ReconcileError, WriteFence, region_status, triggers,
+};
 use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
 use crate::telemetry::health::{self, Health, ServerLimits};
@@ -237,7 +239,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     // reqwest is built without a bundled TLS provider; use ring, as kube does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut signals = Signals::install().map_err(|e| AppError::Startup(e.to_string()))?;
-    let hub = hub_client().await?;
+    let (hub, watch_hub) = hub_clients().await?;
     let digest_key = ensure_digest_key(&hub, &options).await?;
 
     let (leader, elector) = if options.leader_election {
@@ -310,35 +312,80 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     .map_err(|e| AppError::Hub(e.to_string()))?;
     health.mark_caches_synced();
 
-    let probe = tokio::spawn(probe_regions(ctx.clone(), stop_work.clone()));
-    let work = tokio::spawn(lead_and_work(ctx, leader, stop_work.clone()));
+    let mut probe = tokio::spawn(probe_regions(ctx.clone(), stop_work.clone()));
+    let mut work = tokio::spawn(lead_and_work(ctx, watch_hub, leader, stop_work.clone()));
 
     let signal = signals.recv().await;
     tracing::info!(signal = signal.as_str(), "stopping: no new work");
     health.mark_stopping();
     stop_work.cancel();
+    // Shutdown is one-way and bounded whatever the hub does: the reconciles in flight get
+    // WORK_STOP_GRACE (or until a second signal) and are then abandoned, which is safe
+    // because every write is idempotent and the Lease is still held until released.
+    tokio::select! {
+        biased;
+        () = async {
+            let _ = (&mut work).await;
+            let _ = (&mut probe).await;
+        } => {}
+        () = tokio::time::sleep(WORK_STOP_GRACE) => {
+            tracing::warn!(grace = ?WORK_STOP_GRACE, "reconciles still running: abandoned");
+        }
+        signal = signals.recv() => {
+            tracing::warn!(signal = signal.as_str(), "second signal: reconciles abandoned");
+        }
+    }
+    work.abort();
+    probe.abort();
     let _ = work.await;
     let _ = probe.await;
     stop_election.cancel();
     if let Some(election) = election {
-        match election.await {
-            Ok(Err(error)) => tracing::warn!(%error, "Lease not released"),
-            Err(error) => tracing::warn!(%error, "elector task failed"),
-            Ok(Ok(())) => tracing::info!("Lease released"),
+        match tokio::time::timeout(RELEASE_GRACE, election).await {
+            Err(_) => tracing::warn!(grace = ?RELEASE_GRACE, "Lease not released in time"),
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "Lease not released"),
+            Ok(Err(error)) => tracing::warn!(%error, "elector task failed"),
+            Ok(Ok(Ok(()))) => tracing::info!("Lease released"),
         }
     }
-    let _ = server.await;
+    if tokio::time::timeout(SERVER_STOP_GRACE, server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("probe server still answering: stopped");
+    }
+    tracing::info!("stopped");
     Ok(())
 }
 
-async fn hub_client() -> Result<Client, AppError> {
+/// How long the reconciles in flight may run on after SIGTERM before they are abandoned.
+/// With [`RELEASE_GRACE`] and [`SERVER_STOP_GRACE`] this stays within the Deployment's
+/// 30 s `terminationGracePeriodSeconds`.
+const WORK_STOP_GRACE: Duration = Duration::from_secs(15);
+/// How long releasing the Lease may take at shutdown (an unreachable hub cannot take it).
+const RELEASE_GRACE: Duration = Duration::from_secs(6);
+/// How long the probe server may take to close at shutdown.
+const SERVER_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a watch may go without a byte before it is given up and restarted: past
+/// the watcher's own server-side timeout (290 s), so a healthy but quiet watch is never
+/// cut, while a dead connection still ends.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// Two clients of the hub: one for calls (a read that stalls 30 s fails), one for watches
+/// (which stay quiet for minutes by design).
+async fn hub_clients() -> Result<(Client, Client), AppError> {
     let mut config = Config::infer()
         .await
         .map_err(|e| AppError::Hub(e.to_string()))?;
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(30));
     config.write_timeout = Some(reconcile::HUB_CALL_TIMEOUT);
-    Client::try_from(config).map_err(|e| AppError::Hub(e.to_string()))
+    let mut watch_config = config.clone();
+    watch_config.read_timeout = Some(WATCH_READ_TIMEOUT);
+    let client =
+        |config: Config| Client::try_from(config).map_err(|e| AppError::Hub(e.to_string()));
+    Ok((client(config)?, client(watch_config)?))
 }
 
 /// Reads the digest key, creating the Secret with 32 random bytes when absent (another
@@ -393,7 +440,12 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
 
 /// Waits to lead, runs the controller while leading, and stops it when leadership is
 /// lost or `stop` is cancelled.
-async fn lead_and_work(ctx: Arc<Context>, leader: LeaderState, stop: CancellationToken) {
+async fn lead_and_work(
+    ctx: Arc<Context>,
+    watch_hub: Client,
+    leader: LeaderState,
+    stop: CancellationToken,
+) {
     loop {
         // Stopping is one-way: when both are ready (a stop while still leading), the stop
         // wins; an unbiased select picked one at random and could lead again after SIGTERM.
@@ -418,26 +470,38 @@ async fn lead_and_work(ctx: Arc<Context>, leader: LeaderState, stop: Cancellatio
                 }
             }
         };
-        run_controller(ctx.clone(), lost).await;
+        run_controller(ctx.clone(), watch_hub.clone(), lost).await;
         ctx.metrics.leader.set(0);
         tracing::info!("not leading: reconciling stopped");
     }
 }
 
-async fn run_controller(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let hub = ctx.hub.clone();
-    let rollouts: Api<ConfigRollout> = Api::all(hub.clone());
-    let approvals: Api<StageApproval> = Api::all(hub.clone());
-    let regions: Api<Region> = Api::all(hub.clone());
-    let region_changes = watcher(regions, watcher::Config::default())
-        .touched_objects()
-        .filter_map(|event| async move { event.ok().map(|_| ()) });
-    Controller::new(rollouts, watcher::Config::default())
+async fn run_controller(
+    ctx: Arc<Context>,
+    watch_hub: Client,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let rollouts: Api<ConfigRollout> = Api::all(watch_hub.clone());
+    let approvals: Api<StageApproval> = Api::all(watch_hub.clone());
+    let regions: Api<Region> = Api::all(watch_hub.clone());
+    // Metadata is all a source's trigger needs: the data is read by the reconcile, and
+    // is never held here.
+    let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
+    let controller = Controller::new(rollouts, watcher::Config::default());
+    let cache = controller.store();
+    let region_cache = cache.clone();
+    controller
         .watches(approvals, watcher::Config::default(), |approval| {
             let namespace = approval.namespace()?;
             Some(ObjectRef::<ConfigRollout>::new(&approval.spec.rollout).within(&namespace))
         })
-        .reconcile_all_on(region_changes)
+        .watches(regions, watcher::Config::default(), move |region| {
+            triggers::rollouts_for_region(&region_cache.state(), &region)
+        })
+        .watches(sources, watcher::Config::default(), move |source| {
+            let namespace = source.namespace().unwrap_or_default();
+            triggers::rollouts_for_source(&cache.state(), &namespace, &source.name_any())
+        })
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -5,12 +5,15 @@
 //! 1. [`Signals::recv`] resolves: mark `/readyz` failing
 //!    (`telemetry::health::Health::mark_stopping`);
 //! 2. stop the controller and let the reconcile in flight finish (kube-runtime's
-//!    `Controller::graceful_shutdown_on`), within the pod's grace period;
+//!    `Controller::graceful_shutdown_on`) for at most 15 s, or until a second signal,
+//!    then abandon it (every write is idempotent, and the Lease is still ours);
 //! 3. cancel the elector's token and await `LeaderElector::run`: it stops leading, then
 //!    releases the Lease so the standby takes over at its next poll;
 //! 4. cancel the probe server's token last, so probes answer until the end.
 //!
-//! A second signal during 2 may be taken as "give up waiting" by the binary.
+//! Steps 3 and 4 are bounded too (6 s and 2 s), so the process exits within the
+//! Deployment's 30 s grace period whatever the hub does, and never leads again once
+//! stopping (`app::lead_and_work` lets a stop win over leadership).
 
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 

@@ -22,6 +22,7 @@ mod lab;
 pub mod manifests;
 mod process;
 pub mod prometheus;
+pub mod proxy;
 mod workload;
 mod workload_controllers;
 

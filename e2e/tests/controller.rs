@@ -254,6 +254,70 @@ spec:
     }
 }
 
+/// The reconcile's own poll: a source edit picked up sooner was seen by the watch.
+const IDLE_POLL: Duration = Duration::from_secs(60);
+
+async fn a_from_config_map_edit_starts_a_revision_within_seconds(world: &World) {
+    let sources: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
+    let source = |value: &str| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("limits-source".to_owned()),
+            ..Default::default()
+        },
+        data: Some(data(&[("rate", value)])),
+        ..Default::default()
+    };
+    within(
+        "create the source",
+        sources.create(&Default::default(), &source("10")),
+    )
+    .await;
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: sourced, namespace: team}
+spec:
+  target: {namespace: app, name: sourced}
+  fromConfigMap: {name: limits-source}
+  stages:
+    - {name: all, regions: {names: [region-1]}}
+"#,
+        )
+        .await;
+    world.wait_condition("sourced", "Complete", PROGRESS).await;
+    assert_eq!(
+        world.target_data("region-1", "sourced").await,
+        Some(data(&[("rate", "10")]))
+    );
+
+    let edited = std::time::Instant::now();
+    within(
+        "edit the source",
+        sources.replace("limits-source", &Default::default(), &{
+            let mut current = within("read the source", sources.get("limits-source")).await;
+            current.data = Some(data(&[("rate", "20")]));
+            current
+        }),
+    )
+    .await;
+    eventually("the edit is a new revision", IDLE_POLL / 3, || async {
+        let rollout = world.rollout("sourced").await;
+        (rollout.status?.revision.as_deref() == Some("r2")).then_some(())
+    })
+    .await;
+    world.wait_condition("sourced", "Complete", PROGRESS).await;
+    assert_eq!(
+        world.target_data("region-1", "sourced").await,
+        Some(data(&[("rate", "20")]))
+    );
+    eprintln!(
+        "fromConfigMap edit to r2 Complete in {:?}",
+        edited.elapsed()
+    );
+}
+
 async fn a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(world: &World) {
     let bad = r#"
 apiVersion: configrollout.dev/v1alpha1
@@ -526,6 +590,7 @@ async fn controller_on_the_lab() {
     a_staged_rollout_waits_for_approval_then_completes(&world).await;
     a_new_revision_mid_rollout_supersedes_the_old(&world).await;
     two_rollouts_on_one_target_converge(&world).await;
+    a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;

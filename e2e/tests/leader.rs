@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use configrollout::leader::{LeaderElector, LeaderState, LeaseConfig};
-use configrollout_e2e::{HUB, Lab, LabOptions, SYSTEM_NAMESPACE, User};
+use configrollout_e2e::proxy::{ProxyMode, TcpProxy};
+use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, SYSTEM_NAMESPACE, User, process_alive};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::task::JoinHandle;
@@ -236,6 +237,130 @@ async fn a_leader_cut_off_from_its_api_server_stops_leading(lab: &mut Lab) {
         .expect("the release succeeds");
 }
 
+/// The Deployment's `terminationGracePeriodSeconds`: the kubelet's SIGKILL comes after it.
+const TERMINATION_GRACE: Duration = Duration::from_secs(30);
+
+/// How the hub goes away in one SIGTERM trial, and when the signal comes.
+struct Trial {
+    mode: ProxyMode,
+    /// Wait until the controller has noticed it no longer leads before the signal.
+    after_leadership_lost: bool,
+    /// Bring the hub back right after the signal, as a hub that flaps would.
+    hub_returns: bool,
+}
+
+/// The controller, leading through a proxy to the hub, gets SIGTERM while the proxy
+/// refuses or swallows its traffic: it exits within the grace period every time, and
+/// never leads again after the signal.
+async fn a_leading_controller_exits_within_its_grace_period_whatever_the_hub_does(lab: &Lab) {
+    let hub = lab.cluster_info(HUB).expect("hub info");
+    let upstream = hub
+        .url
+        .trim_start_matches("https://")
+        .parse()
+        .expect("hub address");
+    let kubeconfig = std::fs::read_to_string(lab.kubeconfig(HUB, User::Controller).unwrap())
+        .expect("controller kubeconfig");
+    let trials = [
+        (ProxyMode::Refuse, false, false),
+        (ProxyMode::Blackhole, false, false),
+        (ProxyMode::Refuse, true, false),
+        (ProxyMode::Blackhole, true, false),
+        (ProxyMode::Refuse, false, true),
+        (ProxyMode::Blackhole, true, true),
+    ]
+    .map(|(mode, after_leadership_lost, hub_returns)| Trial {
+        mode,
+        after_leadership_lost,
+        hub_returns,
+    });
+    for (index, trial) in trials.iter().enumerate() {
+        let proxy = TcpProxy::start(upstream).await.expect("proxy");
+        let path = lab.root_dir().join(format!("sigterm-{index}.kubeconfig"));
+        let through_proxy = kubeconfig.replace(&hub.url, &format!("https://{}", proxy.address()));
+        assert_ne!(
+            through_proxy, kubeconfig,
+            "the kubeconfig names the hub's URL"
+        );
+        std::fs::write(&path, through_proxy).expect("kubeconfig written");
+        let identity = format!("sigterm-{index}");
+        let controller = start_controller_with(lab, &identity, &path);
+        wait_for_log(&controller, "leading: reconciling rollouts", &identity).await;
+
+        proxy.set_mode(trial.mode);
+        if trial.after_leadership_lost {
+            wait_for_log(&controller, "not leading: reconciling stopped", &identity).await;
+        }
+        let pid = controller.program_pid().expect("controller pid");
+        let signalled = std::time::Instant::now();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM sent");
+        if trial.hub_returns {
+            proxy.set_mode(ProxyMode::Forward);
+        }
+        while process_alive(pid) && signalled.elapsed() < TERMINATION_GRACE + CALL {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let took = signalled.elapsed();
+        let log = controller.log();
+        assert!(
+            !process_alive(pid) && took < TERMINATION_GRACE,
+            "trial {index} ({:?}): still running {took:?} after SIGTERM; log:\n{}",
+            trial.mode,
+            controller.log_tail(40)
+        );
+        let after_signal = log
+            .split("stopping: no new work")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            !after_signal.contains("leading: reconciling rollouts"),
+            "trial {index}: led again after SIGTERM:\n{after_signal}"
+        );
+        controller.stop();
+        drop(proxy);
+    }
+}
+
+fn start_controller_with(lab: &Lab, identity: &str, kubeconfig: &std::path::Path) -> LabChild {
+    let args: Vec<std::ffi::OsString> = [
+        "--namespace",
+        SYSTEM_NAMESPACE,
+        "--identity",
+        // One identity for every trial: a Lease left unreleased by a cut-off trial is
+        // renewed by the next one instead of waited out.
+        "sigterm-controller",
+        "--probe-addr",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(std::ffi::OsString::from)
+    .collect();
+    let envs = [("KUBECONFIG".to_owned(), kubeconfig.as_os_str().to_owned())];
+    lab.spawn(
+        identity,
+        std::path::Path::new(env!("CARGO_BIN_EXE_lab-controller")),
+        &args,
+        &envs,
+    )
+    .expect("controller starts")
+}
+
+async fn wait_for_log(controller: &LabChild, line: &str, identity: &str) {
+    let deadline = std::time::Instant::now() + ELECTION_DEADLINE;
+    while !controller.log().contains(line) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{identity}: no {line:?} within {ELECTION_DEADLINE:?}; log:\n{}",
+            controller.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn leader_election_on_a_real_apiserver() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -252,5 +377,6 @@ fn leader_election_on_a_real_apiserver() {
         two_candidates_elect_exactly_one_and_a_release_hands_over(&lab).await;
         a_leader_that_stops_renewing_is_replaced_after_expiry(&lab).await;
         a_leader_cut_off_from_its_api_server_stops_leading(&mut lab).await;
+        a_leading_controller_exits_within_its_grace_period_whatever_the_hub_does(&lab).await;
     });
 }

@@ -12,6 +12,7 @@ mod region_read;
 pub mod region_status;
 pub mod revision_store;
 pub mod status_writer;
+pub mod triggers;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
