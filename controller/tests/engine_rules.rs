@@ -441,6 +441,65 @@ fn spec_paused_publishes_nothing_until_resumed() {
 }
 
 #[test]
+fn without_a_deadline_a_region_that_never_answers_halts_the_stage_at_the_default() {
+    let mut world = World::new(
+        spec(
+            json!({"stages": [{"name": "all", "regions": {"names": ["a", "gone"]}, "maxParallel": 2}]}),
+        ),
+        &["a", "gone"],
+    );
+    world.region("gone").reachable = false;
+    world.tick();
+    assert!(world.last.as_ref().unwrap().requeue_after <= Some(Duration::from_secs(600)));
+    world.advance(599);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    world.advance(1);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "ProgressDeadlineExceeded");
+    assert!(
+        halted.message.contains("within 10m") && halted.message.contains("gone (unreachable)"),
+        "{}",
+        halted.message
+    );
+}
+
+#[test]
+fn the_rollout_deadline_applies_to_stages_without_their_own() {
+    let mut world = World::new(
+        spec(json!({
+            "progressDeadline": "3m",
+            "stages": [
+                {"name": "first", "regions": {"names": ["a"]}, "progressDeadline": "1m"},
+                {"name": "second", "regions": {"names": ["b"]}},
+            ],
+        })),
+        &["a", "b"],
+    );
+    world.region("b").reachable = false;
+    while world.status.current_stage.as_deref() != Some("second") {
+        world.run(1, 1);
+    }
+    // The loop's last turn already moved the clock 1 s past the stage's start.
+    world.advance(178);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    world.advance(1);
+    world.tick();
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert!(
+        halted
+            .message
+            .contains("stage second did not pass within 3m"),
+        "{}",
+        halted.message
+    );
+}
+
+#[test]
 fn an_exceeded_progress_deadline_fails_the_stage_naming_unreachable_regions() {
     let mut world = World::new(
         spec(

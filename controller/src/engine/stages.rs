@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{RolloutPhase, StageState, StageStatus, conditions};
+use crate::api::{DEFAULT_PROGRESS_DEADLINE, RolloutPhase, StageState, StageStatus, conditions};
 
 use super::clock::{from_time, spec_duration, to_time};
 use super::gate_windows::{self, StageGates};
@@ -224,12 +224,22 @@ fn deadline_clock_start(draft: &Draft<'_>, index: usize) -> Option<DateTime<Utc>
     Some(resumed.map_or(started, |resumed| resumed.max(started)))
 }
 
-fn check_deadline(draft: &mut Draft<'_>, index: usize, pending: &[String]) {
-    let Some(deadline) = draft.spec.stages[index]
+/// The stage's deadline as written: its own, the rollout's, or (only while regions are
+/// pending: gate windows end on their own schedule) the default.
+fn deadline_of<'a>(draft: &Draft<'a>, index: usize, regions_pending: bool) -> Option<&'a str> {
+    let spec = draft.spec;
+    spec.stages[index]
         .progress_deadline
         .as_deref()
-        .and_then(spec_duration)
-    else {
+        .or(spec.progress_deadline.as_deref())
+        .or(regions_pending.then_some(DEFAULT_PROGRESS_DEADLINE))
+}
+
+fn check_deadline(draft: &mut Draft<'_>, index: usize, pending: &[String]) {
+    let Some(written) = deadline_of(draft, index, !pending.is_empty()) else {
+        return;
+    };
+    let Some(deadline) = spec_duration(written) else {
         return;
     };
     let Some(clock_start) = deadline_clock_start(draft, index) else {
@@ -264,9 +274,8 @@ fn check_deadline(draft: &mut Draft<'_>, index: usize, pending: &[String]) {
         format!("regions not done: {}", described.join(", "))
     };
     let message = format!(
-        "stage {} did not pass within {}: {waiting}",
-        stage.name,
-        stage.progress_deadline.as_deref().unwrap_or_default()
+        "stage {} did not pass within {written}: {waiting}",
+        stage.name
     );
     failure::fail(draft, index, "ProgressDeadlineExceeded", message);
 }

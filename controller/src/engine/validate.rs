@@ -59,6 +59,14 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         }
     }
 
+    if let Some(deadline) = &spec.progress_deadline
+        && !is_positive_duration(deadline)
+    {
+        report(
+            "spec.progressDeadline".to_owned(),
+            "must be a positive duration".into(),
+        );
+    }
     for (index, stage) in spec.stages.iter().enumerate() {
         let field = |name: &str| format!("spec.stages[{index}].{name}");
         if stage.max_parallel < 1 {
@@ -69,14 +77,13 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         {
             report(field("pause.duration"), "must be a duration".into());
         }
-        if let Some(deadline) = &stage.progress_deadline {
-            match spec_duration(deadline) {
-                Some(deadline) if deadline > chrono::TimeDelta::zero() => {}
-                _ => report(
-                    field("progressDeadline"),
-                    "must be a positive duration".into(),
-                ),
-            }
+        if let Some(deadline) = &stage.progress_deadline
+            && !is_positive_duration(deadline)
+        {
+            report(
+                field("progressDeadline"),
+                "must be a positive duration".into(),
+            );
         }
         for gate in &stage.gates {
             if !spec.gates.iter().any(|declared| &declared.name == gate) {
@@ -178,4 +185,8 @@ fn promql_problem(query: &str) -> Option<String> {
             }
         },
     }
+}
+
+fn is_positive_duration(text: &str) -> bool {
+    spec_duration(text).is_some_and(|duration| duration > chrono::TimeDelta::zero())
 }

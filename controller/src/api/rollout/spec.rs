@@ -132,7 +132,18 @@ pub struct ConfigRolloutSpec {
     #[serde(default = "default_revision_history_limit")]
     #[schemars(range(min = 1, max = 100))]
     pub revision_history_limit: i32,
+    /// How long each stage may take, from start to passed, before `onFailure` applies,
+    /// unless the stage sets its own. When neither is set, a stage whose regions are not
+    /// all updated within 10m fails (gate sampling then ends on its own schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::duration("spec.progressDeadline"))]
+    pub progress_deadline: Option<String>,
 }
+
+/// The progress deadline of a stage whose regions are still being updated, when neither
+/// the stage nor the rollout sets one: no region that never answers holds a rollout
+/// forever. (Argo Rollouts' `progressDeadlineSeconds` defaults to 600 too.)
+pub const DEFAULT_PROGRESS_DEADLINE: &str = "10m";
 
 impl ConfigRolloutSpec {
     /// Whether some stage, or the contract step, waits for a StageApproval.
@@ -254,7 +265,8 @@ pub struct Stage {
     #[serde(default)]
     #[schemars(transform = schema::string_set(MAX_GATES, schema::DNS1123_LABEL_MAX_LENGTH))]
     pub gates: Vec<String>,
-    /// How long the stage may take, from start to passed, before `onFailure` applies.
+    /// How long the stage may take, from start to passed, before `onFailure` applies
+    /// (default: `spec.progressDeadline`, else 10m while regions are being updated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::duration("spec.stages[].progressDeadline"))]
     pub progress_deadline: Option<String>,
