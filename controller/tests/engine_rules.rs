@@ -544,7 +544,8 @@ fn on_failure_rollback_reverts_reached_regions_last_stage_first() {
     let rollbacks = world.rollbacks();
     let mut sorted = rollbacks.clone();
     sorted.sort();
-    assert_eq!(sorted, ["c1", "w1", "w2", "x1", "x2", "x3"]);
+    // x3 never took the revision: it has nothing to revert, and is not waited for.
+    assert_eq!(sorted, ["c1", "w1", "w2", "x1", "x2"]);
     let stages: Vec<usize> = rollbacks.iter().map(|region| stage_of(region)).collect();
     assert!(
         stages.windows(2).all(|pair| pair[0] >= pair[1]),
@@ -567,7 +568,50 @@ fn a_rollback_reaches_only_stages_that_started() {
     assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
     let mut rollbacks = world.rollbacks();
     rollbacks.sort();
-    assert_eq!(rollbacks, ["c1", "w1", "w2"]);
+    assert_eq!(rollbacks, ["c1", "w1"]);
+}
+
+#[test]
+fn a_rollback_over_regions_the_revision_never_reached_ends_rolled_back() {
+    let mut value = three_stages();
+    value["onFailure"] = json!("Rollback");
+    value["stages"][1]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value), &ALL);
+    // Neither wave-1 region ever takes the revision.
+    world.region("w1").stuck = true;
+    world.region("w2").stuck = true;
+    world.run(20, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
+    assert_eq!(world.rollbacks(), ["c1"]);
+}
+
+#[test]
+fn a_rollback_that_cannot_reach_a_region_ends_halted_naming_it() {
+    let mut value = three_stages();
+    value["onFailure"] = json!("Rollback");
+    value["stages"][1]["progressDeadline"] = json!("1m");
+    let mut world = World::new(spec(value), &ALL);
+    world.region("w2").stuck = true;
+    // c1 took the revision, then went away for good before the rollback reached it.
+    while world.status.current_stage.as_deref() != Some("wave1") {
+        world.run(1, 10);
+    }
+    world.region("c1").reachable = false;
+    while world.status.phase != Some(RolloutPhase::RollingBack) {
+        world.run(1, 10);
+    }
+    // The rollback waits for c1 as long as the (default) progress deadline, then stops.
+    world.run(58, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::RollingBack));
+    world.run(3, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "RollbackIncomplete");
+    assert!(halted.message.contains("c1"), "{}", halted.message);
+    assert!(!halted.message.contains("w1"), "{}", halted.message);
+    let settled = world.status.clone();
+    world.run(10, 60);
+    assert_eq!(world.status.phase, settled.phase, "a terminal state stays");
 }
 
 #[test]

@@ -1,12 +1,17 @@
 //! Failure: a failed gate or an exceeded progress deadline applies `onFailure`. `Halt`
 //! stops where it is; `Rollback` reverts the revision in every region of every stage it
-//! reached, last stage first, one stage at a time, then reports RolledBack. A halted
-//! rollout resumes only by retry, abort or a new revision.
+//! reached, last stage first, one stage at a time, then reports RolledBack. A region the
+//! revision never reached has nothing to revert and counts as rolled back; one that stays
+//! unreachable ends the rollback Halted (`RollbackIncomplete`, naming it) after the
+//! progress deadline. A halted rollout resumes only by retry, abort or a new revision.
 
 use std::collections::HashMap;
 
-use crate::api::{OnFailure, RevisionStep, RolloutPhase, StageState};
+use crate::api::{
+    DEFAULT_PROGRESS_DEADLINE, OnFailure, RevisionStep, RolloutPhase, StageState, conditions,
+};
 
+use super::clock::{from_time, spec_duration};
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
 use super::{Draft, EventType};
 
@@ -145,6 +150,70 @@ pub(super) fn continue_rollback(draft: &mut Draft<'_>) {
         draft.event(EventType::Normal, "RolledBack", message);
         return;
     }
+    if cursor.is_none() && rollback_expired(draft) {
+        give_up_rollback(draft);
+        return;
+    }
     draft.status.current_stage = cursor.map(|index| draft.spec.stages[index].name.clone());
     draft.poll_regions();
+}
+
+/// Reason on the Halted condition when a rollback could not reach every region in time.
+pub const REASON_ROLLBACK_INCOMPLETE: &str = "RollbackIncomplete";
+
+/// Whether the rollback has waited on unreachable regions for the rollout's progress
+/// deadline since it began (the Halted condition's transition). Schedules a look at the
+/// deadline otherwise.
+fn rollback_expired(draft: &mut Draft<'_>) -> bool {
+    let deadline = draft
+        .spec
+        .progress_deadline
+        .as_deref()
+        .unwrap_or(DEFAULT_PROGRESS_DEADLINE);
+    let Some(deadline) = spec_duration(deadline) else {
+        return false;
+    };
+    let Some(began) = draft
+        .status
+        .true_condition(conditions::HALTED)
+        .map(|condition| from_time(&condition.last_transition_time))
+    else {
+        return false;
+    };
+    let expires = began + deadline;
+    if draft.now >= expires {
+        return true;
+    }
+    draft.wake_at(expires);
+    false
+}
+
+/// Ends a rollback that only unreachable regions still wait for: Halted, naming them, so
+/// that a person decides (retry or abort once they are back) instead of it spinning.
+fn give_up_rollback(draft: &mut Draft<'_>) {
+    let revision = draft.revision().unwrap_or_default().to_owned();
+    let waiting: Vec<&str> = reached_stages(draft)
+        .into_iter()
+        .flat_map(|index| draft.plan.stages[index].iter().copied())
+        .filter(|name| {
+            !draft.obs.regions.iter().any(|region| {
+                region.name == *name && region.rolled_back.as_deref() == Some(revision.as_str())
+            })
+        })
+        .take(10)
+        .collect();
+    let message = format!(
+        "rollback of {revision} could not reach region(s) {} (unreachable): they may still \
+         hold {revision}; retry or abort once they are back",
+        waiting.join(", ")
+    );
+    draft.event(
+        EventType::Warning,
+        REASON_ROLLBACK_INCOMPLETE,
+        message.clone(),
+    );
+    draft.status.phase = Some(RolloutPhase::Halted);
+    draft.status.current_stage = None;
+    set_outcome(draft, Some(OUTCOME_HALTED));
+    draft.halt = Some((REASON_ROLLBACK_INCOMPLETE.to_owned(), message));
 }

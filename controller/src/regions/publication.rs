@@ -142,8 +142,8 @@ impl RevisionState {
 pub struct Evidence {
     /// The furthest pass whose publication the replica holds in full.
     pub applied: Option<RevisionStep>,
-    /// The replica held this revision's writes and none of them wins any more because the
-    /// rollout itself wrote over them: the revision was rolled back here.
+    /// None of this revision's own writes wins in the replica (it never arrived, was
+    /// rolled back, or was written over since): a rollback has nothing left to do here.
     pub rolled_back: bool,
 }
 
@@ -176,14 +176,13 @@ pub fn evidence(
     } else {
         holds(&revision.publication(RevisionStep::Single)).then_some(RevisionStep::Single)
     };
-    let own = revision.own_delta();
-    let writer = &revision.stamp.writer;
-    let rolled_back = !own.is_empty()
-        && own.iter().all(|(key, _)| {
-            replica
-                .get(key)
-                .is_some_and(|held| held.stamp > revision.stamp && &held.stamp.writer == writer)
-        });
+    // What a rollback reverts are the revision's own writes that still win here; once
+    // none does (never arrived, reverted, or written over since), there is nothing left
+    // to revert.
+    let rolled_back = revision
+        .own_delta()
+        .iter()
+        .all(|(key, written)| replica.get(key) != Some(written));
     Evidence {
         applied,
         rolled_back,
@@ -298,12 +297,26 @@ mod tests {
         );
     }
 
+    fn evidence_of(replica: &Replica, revision: &RevisionState) -> Evidence {
+        evidence(replica, revision, false, u64::MAX)
+    }
+
     #[test]
-    fn evidence_says_nothing_applied_before_a_publish() {
+    fn evidence_says_nothing_applied_before_a_publish_and_nothing_to_revert() {
         let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
         let evidence = evidence(&Replica::new(), &r1, false, u64::MAX);
         assert_eq!(evidence.applied, None);
-        assert!(!evidence.rolled_back);
+        // A region the revision never reached is rolled back by definition: a rollback
+        // over it must end, not wait for a compensation that has nothing to compensate.
+        assert!(evidence.rolled_back);
+        assert!(
+            r1.rollback(&Replica::new(), rollout(20))
+                .unwrap()
+                .is_empty()
+        );
+        // Once published it is not, until reverted.
+        let region = merged(&[&r1.publication(RevisionStep::Single)]);
+        assert!(!evidence_of(&region, &r1).rolled_back);
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub struct FakeRegion {
     /// Publishes are accepted but never read back (a stuck region).
     pub stuck: bool,
     pub applied: Option<AppliedRevision>,
-    pub rolled_back: Option<String>,
+    /// Revisions a Rollback reverted here, in order.
+    pub reverted: Vec<String>,
     /// Consumer instances; activated after publish when `activates` is true.
     pub consumers: u32,
     pub activates: bool,
@@ -159,7 +160,16 @@ impl World {
                     reachable: region.reachable,
                     last_error: (!region.reachable).then(|| "connection refused".to_string()),
                     applied: region.reachable.then(|| region.applied.clone()).flatten(),
-                    rolled_back: region.rolled_back.clone(),
+                    // As the real evidence reads it: a readable region where none of the
+                    // current revision's writes is in effect (never published, or
+                    // reverted) has nothing left to roll back.
+                    rolled_back: self.status.revision.clone().filter(|current| {
+                        region.reachable
+                            && region
+                                .applied
+                                .as_ref()
+                                .is_none_or(|applied| &applied.revision != current)
+                    }),
                     consumers: region.consumer_state.clone(),
                     drifted_keys: Vec::new(),
                     overridden_keys: Vec::new(),
@@ -236,8 +246,15 @@ impl World {
             Action::Rollback { region, revision } => {
                 if let Some(fake) = self.regions.get_mut(region)
                     && fake.reachable
+                    && !fake.stuck
+                    && fake
+                        .applied
+                        .as_ref()
+                        .is_some_and(|applied| &applied.revision == revision)
                 {
-                    fake.rolled_back = Some(revision.clone());
+                    // The compensation wins over the revision's writes: it no longer holds.
+                    fake.applied = None;
+                    fake.reverted.push(revision.clone());
                 }
             }
             _ => {}
