@@ -205,6 +205,7 @@ fn full_status_round_trips() {
                 successes: 5,
                 failures: 1,
                 inconclusives: 0,
+                consecutive_errors: 0,
                 samples: vec![GateSample {
                     at: at.clone(),
                     value: Some("0.002".into()),

@@ -266,10 +266,9 @@ fn a_gate_passes_after_count_successes_sampled_every_interval_after_initial_dela
 
 #[test]
 fn a_gate_fails_closed_on_inconclusives_beyond_its_limit() {
-    let cases: [(&str, QueryResult); 3] = [
+    let cases: [(&str, QueryResult); 2] = [
         ("no data", QueryResult::Empty),
         ("NaN", QueryResult::Scalar(f64::NAN)),
-        ("error", QueryResult::Error("prometheus unreachable".into())),
     ];
     for (label, result) in cases {
         let mut world = World::new(
@@ -292,7 +291,68 @@ fn a_gate_fails_closed_on_inconclusives_beyond_its_limit() {
 }
 
 #[test]
-fn an_inconclusive_sample_says_why_the_query_failed() {
+fn query_errors_fail_a_gate_only_when_consecutive_error_limit_come_in_a_row() {
+    // The default limit (4, as in Argo Rollouts); inconclusiveLimit 0 shows errors are
+    // not counted as inconclusive samples.
+    let gate = json!({"interval": "10s", "count": 3, "inconclusiveLimit": 0});
+    let error = || QueryResult::Error("timeout".into());
+    let good = || QueryResult::Scalar(0.0);
+
+    // One timeout, then answers: the gate passes.
+    let mut world = World::new(spec(gated(gate.clone())), &["c1", "r1"]);
+    let answers = std::sync::Mutex::new(vec![good(), good(), good(), error()]);
+    world.metric = Box::new(move |_, _| answers.lock().unwrap().pop().unwrap_or_else(good));
+    world.run(12, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Passed), "{window:?}");
+    assert_eq!(window.inconclusives, 0);
+
+    // Three errors, an answer, three errors: never four in a row, never failed.
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 20, "inconclusiveLimit": 0}),
+        )),
+        &["c1", "r1"],
+    );
+    let answers = std::sync::Mutex::new(vec![
+        error(),
+        error(),
+        error(),
+        good(),
+        error(),
+        error(),
+        error(),
+    ]);
+    world.metric = Box::new(move |_, _| answers.lock().unwrap().pop().unwrap_or_else(good));
+    world.run(12, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Running), "{window:?}");
+
+    // Four in a row: failed, saying so.
+    let mut world = World::new(spec(gated(gate)), &["c1", "r1"]);
+    world.metric = Box::new(move |_, _| error());
+    world.run(8, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Failed));
+    assert_eq!(window.consecutive_errors, 4);
+    assert!(
+        window
+            .samples
+            .iter()
+            .all(|s| s.verdict == SampleVerdict::Error)
+    );
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert!(
+        halted.message.contains("4 query errors in a row, limit 4"),
+        "{}",
+        halted.message
+    );
+    assert!(!world.publishes().iter().any(|(region, ..)| region == "r1"));
+}
+
+#[test]
+fn an_error_sample_says_why_the_query_failed() {
     let mut world = World::new(
         spec(gated(
             json!({"interval": "10s", "count": 1, "inconclusiveLimit": 0}),
@@ -304,6 +364,7 @@ fn an_inconclusive_sample_says_why_the_query_failed() {
     });
     world.run(3, 10);
     let sample = &world.status.stages[0].gates[0].samples[0];
+    assert_eq!(sample.verdict, SampleVerdict::Error);
     assert_eq!(
         sample.message.as_deref(),
         Some("query error: Prometheus answer has 3 series, over the limit of 2")

@@ -339,14 +339,18 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
         .await
         .expect("Prometheus starts again");
     let gate = &stage(&halted, "canary").gates[0];
+    // An unreachable Prometheus is a query error, not an inconclusive sample: the gate
+    // fails at consecutiveErrorLimit (default 4) errors in a row.
     assert!(
-        gate.inconclusives > 2,
-        "halted past the inconclusive limit: {gate:?}"
+        gate.consecutive_errors >= 4,
+        "halted at the consecutive error limit: {gate:?}"
     );
     assert!(
         gate.samples
             .iter()
-            .any(|sample| sample.verdict == SampleVerdict::Inconclusive),
+            .rev()
+            .take(4)
+            .all(|sample| sample.verdict == SampleVerdict::Error),
         "{gate:?}"
     );
     assert_eq!(condition(&halted, "Halted").reason, "GateFailed");

@@ -85,6 +85,8 @@ pub struct SampleTally {
     pub successful: u32,
     /// The condition did not hold.
     pub failed: u32,
-    /// No data, NaN, or the backend could not answer.
+    /// No data, NaN, or a result the condition cannot decide.
     pub inconclusive: u32,
+    /// The backend could not answer.
+    pub errors: u32,
 }

@@ -3,7 +3,9 @@
 //! uses `{{region}}` has one window per region, otherwise one for the stage.
 //!
 //! A window passes with `count` successful samples; it fails (closed) with more than
-//! `failureLimit` failed or more than `inconclusiveLimit` inconclusive samples. Failure is
+//! `failureLimit` failed or more than `inconclusiveLimit` inconclusive samples, or with
+//! `consecutiveErrorLimit` query errors in a row (errors are not inconclusive samples: a
+//! sample the backend answered resets their count). Failure is
 //! checked first, so no window passes on a sample that also exceeds a limit. Only
 //! samples on the schedule count: one taken before the window opened, or less than
 //! `interval` after the previous counted one, is ignored, so a repeated sample never
@@ -257,7 +259,10 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
 
 /// The window's verdict from its counts: failure limits first, so it fails closed.
 pub fn verdict_of(gate: &Gate, window: &GateStatus) -> GateVerdict {
-    if window.failures > gate.failure_limit || window.inconclusives > gate.inconclusive_limit {
+    if window.failures > gate.failure_limit
+        || window.inconclusives > gate.inconclusive_limit
+        || window.consecutive_errors >= gate.consecutive_error_limit.max(1)
+    {
         GateVerdict::Failed
     } else if window.successes >= gate.count.max(1) {
         GateVerdict::Passed
@@ -280,6 +285,23 @@ fn record_samples<'o>(
             continue;
         }
         let evaluation = evaluate(condition, &sample.result);
+        if let QueryResult::Error(why) = &sample.result {
+            window.consecutive_errors += 1;
+            tally.errors += 1;
+            window.samples.push(GateSample {
+                at: to_time(sample.at),
+                value: None,
+                verdict: SampleVerdict::Error,
+                message: Some(bounded(&format!("query error: {why}"))),
+            });
+            let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
+            window.samples.drain(..excess);
+            if verdict_of(gate, window) != GateVerdict::Running {
+                break;
+            }
+            continue;
+        }
+        window.consecutive_errors = 0;
         let (verdict, message) = match evaluation.verdict {
             Verdict::Successful => {
                 window.successes += 1;
@@ -297,13 +319,7 @@ fn record_samples<'o>(
                 let reason = evaluation
                     .reason
                     .map_or("inconclusive", |reason| reason.as_str());
-                let message = match &sample.result {
-                    // The provider's reason (a timeout, an answer over the controller's
-                    // bounds) is what a person needs; it never carries query output.
-                    QueryResult::Error(why) => bounded(&format!("{reason}: {why}")),
-                    _ => reason.to_owned(),
-                };
-                (SampleVerdict::Inconclusive, Some(message))
+                (SampleVerdict::Inconclusive, Some(reason.to_owned()))
             }
         };
         window.samples.push(GateSample {
@@ -329,6 +345,11 @@ fn failure_message(gate: &Gate, window: &GateStatus, stage: &str) -> String {
         format!(
             "{} failed samples, limit {}",
             window.failures, gate.failure_limit
+        )
+    } else if window.consecutive_errors >= gate.consecutive_error_limit.max(1) {
+        format!(
+            "{} query errors in a row, limit {}",
+            window.consecutive_errors, gate.consecutive_error_limit
         )
     } else {
         format!(

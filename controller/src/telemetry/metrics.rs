@@ -163,12 +163,14 @@ impl LabelValue for SampleVerdict {
         SampleVerdict::Successful,
         SampleVerdict::Failed,
         SampleVerdict::Inconclusive,
+        SampleVerdict::Error,
     ];
     fn as_str(self) -> &'static str {
         match self {
             SampleVerdict::Successful => "successful",
             SampleVerdict::Failed => "failed",
             SampleVerdict::Inconclusive => "inconclusive",
+            SampleVerdict::Error => "error",
         }
     }
     fn index(self) -> usize {
@@ -176,6 +178,7 @@ impl LabelValue for SampleVerdict {
             SampleVerdict::Successful => 0,
             SampleVerdict::Failed => 1,
             SampleVerdict::Inconclusive => 2,
+            SampleVerdict::Error => 3,
         }
     }
 }
@@ -501,6 +504,7 @@ impl Metrics {
             (SampleVerdict::Successful, samples.successful),
             (SampleVerdict::Failed, samples.failed),
             (SampleVerdict::Inconclusive, samples.inconclusive),
+            (SampleVerdict::Error, samples.errors),
         ] {
             self.gate_samples_total.add(verdict, u64::from(count));
         }
@@ -788,6 +792,7 @@ mod tests {
                 successful: 2,
                 failed: 1,
                 inconclusive: 0,
+                errors: 1,
             },
             status_patch: Some((WriteResult::Conflict, Duration::from_millis(5))),
         });
@@ -800,6 +805,7 @@ mod tests {
         assert_eq!(metrics.region_writes_total.get(WriteResult::Error), 1);
         assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Successful), 2);
         assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Failed), 1);
+        assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Error), 1);
         assert_eq!(metrics.status_patches_total.get(WriteResult::Conflict), 1);
         let text = metrics.render();
         assert!(text.contains("configrollout_reconcile_duration_seconds_count 1\n"));

@@ -354,6 +354,18 @@ pub struct Gate {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub inconclusive_limit: i32,
+    /// Query errors in a row (Prometheus unreachable, a timeout, an answer over the
+    /// controller's bounds) that fail the gate. Errors are counted apart from
+    /// inconclusive samples, and any answered sample resets the count, so one timeout
+    /// never fails a gate.
+    #[serde(default = "default_consecutive_error_limit")]
+    #[schemars(range(min = 1))]
+    pub consecutive_error_limit: i32,
+}
+
+/// Argo Rollouts' default for the same knob.
+fn default_consecutive_error_limit() -> i32 {
+    4
 }
 
 fn default_interval() -> String {

@@ -203,6 +203,9 @@ pub struct GateStatus {
     /// Inconclusive samples so far.
     #[serde(default)]
     pub inconclusives: i32,
+    /// Query errors since the last answered sample.
+    #[serde(default)]
+    pub consecutive_errors: i32,
     /// Recent samples, oldest first (bounded by the controller).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<GateSample>,
@@ -215,7 +218,7 @@ pub enum GateVerdict {
     Running,
     /// Enough successful samples.
     Passed,
-    /// Too many failed or inconclusive samples.
+    /// Too many failed or inconclusive samples, or query errors in a row.
     Failed,
 }
 
@@ -242,8 +245,11 @@ pub enum SampleVerdict {
     Successful,
     /// The condition did not hold.
     Failed,
-    /// No data, NaN, or Prometheus error or unreachable.
+    /// No data, NaN, or a result the condition cannot decide.
     Inconclusive,
+    /// The query could not be answered: Prometheus unreachable, a timeout, an error, an
+    /// answer over the controller's bounds.
+    Error,
 }
 
 /// The revision's progress in one region: the evidence plane.
