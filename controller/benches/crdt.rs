@@ -274,7 +274,11 @@ fn codec(c: &mut Criterion) {
 }
 
 fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
-    production_path_cases(c, "production_path_cpu_time", &[(10_000, 100)]);
+    production_path_cases(
+        c,
+        "production_path_cpu_time",
+        &[(1_000, 100), (10_000, 100), (10_000, 1_000)],
+    );
     full_merge_sizes(c, "full_merge_cpu_time", &[50_000]);
     delta_apply_named(c, "apply_delta_100_into_50k_cpu_time");
 }
