@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::lww::{Delta, Entry, Replica, Slot};
+use super::lww::{Delta, Entry, Replica};
 use super::{CodecError, Stamp, WriterId, quoted};
 
 /// The format version this build writes and reads.
@@ -128,7 +128,7 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps, Slot::new)?;
+    let entries = decode_entries(&wire.entries, &stamps)?;
     Ok(Replica::from_validated_parts(entries, frontiers))
 }
 
@@ -146,7 +146,7 @@ pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps, |key, entry| (key, entry))?;
+    let entries = decode_entries(&wire.entries, &stamps)?;
     Ok(Delta::from_sorted_entries(entries))
 }
 
@@ -404,14 +404,13 @@ fn decode_stamps(
     Ok(stamps)
 }
 
-/// The entries, validated, in the form the caller stores them (`make` builds one).
-fn decode_entries<T>(
+/// The entries, validated, sorted by key as replicas and deltas store them.
+fn decode_entries(
     wire: &[WireEntry<'_>],
     stamps: &[Stamp],
-    make: impl Fn(Arc<str>, Entry) -> T,
-) -> Result<Vec<T>, CodecError> {
+) -> Result<Vec<(Arc<str>, Entry)>, CodecError> {
     let mut used = vec![false; stamps.len()];
-    let mut sorted: Vec<T> = Vec::with_capacity(wire.len());
+    let mut sorted: Vec<(Arc<str>, Entry)> = Vec::with_capacity(wire.len());
     for (index, current) in wire.iter().enumerate() {
         let WireEntry(key, value, stamp_index) = current;
         let stamp = stamps
@@ -430,7 +429,7 @@ fn decode_entries<T>(
             value: value.as_deref().map(Arc::from),
             stamp: stamp.clone(),
         };
-        sorted.push(make(Arc::from(key.as_ref()), entry));
+        sorted.push((Arc::from(key.as_ref()), entry));
     }
     if let Some(index) = used.iter().position(|used| !used) {
         return Err(CodecError::UnusedStamp {
