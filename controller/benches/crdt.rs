@@ -7,7 +7,11 @@
 //! map with per-entry version vectors and reset-remove semantics, and `LWWReg` cannot be
 //! its value (it does not implement `ResetRemove`).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target cargo bench --bench crdt -- --warm-up-time 1 --measurement-time 3`
+//! `production_path` is what the controller runs per region and publish: decode the
+//! companion, apply the revision's delta, encode the result. The other cases isolate one
+//! step or a path production does not take (a full merge of two large replicas).
+//!
+//! Run: `CARGO_TARGET_DIR=/work/main/target cargo bench -p configrollout --bench crdt -- --warm-up-time 1 --measurement-time 3`
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -120,11 +124,12 @@ fn merge_registers(ours: &mut Registers, theirs: &Registers) {
     }
 }
 
-/// 100 keys of a 50k replica: 90 changed, 10 removed, all under `stamp`.
-fn delta_100(stamp: &Stamp, n: usize, round: u64) -> Delta {
+/// `changed` keys spread over an `n`-key replica (a tenth of them removed), all under
+/// `stamp`: a revision as the engine publishes it.
+fn revision_delta(stamp: &Stamp, n: usize, changed: usize, round: u64) -> Delta {
     let mut rng = Lcg(round);
-    let step = n / 100;
-    (0..100)
+    let step = n / changed;
+    (0..changed)
         .map(|i| {
             let entry = if i % 10 == 9 {
                 Entry::tombstone(stamp.clone())
@@ -134,6 +139,43 @@ fn delta_100(stamp: &Stamp, n: usize, round: u64) -> Delta {
             (key(i * step + 3), entry)
         })
         .collect()
+}
+
+/// What the controller does per region and publish: decode the companion ConfigMap's
+/// text, apply the revision's delta, encode the result. Sizes: `spec.data`'s bound (1,000
+/// keys) and a companion near its size cap (10,000 keys, about 0.8 MB encoded); deltas
+/// of 100 keys, and of 1,000 (a whole `spec.data` rewritten) into the large companion.
+fn production_path(c: &mut Criterion) {
+    production_path_cases(
+        c,
+        "production_path",
+        &[(1_000, 100), (10_000, 100), (10_000, 1_000)],
+    );
+}
+
+fn production_path_cases<M: Measurement>(
+    c: &mut Criterion<M>,
+    name: &str,
+    cases: &[(usize, usize)],
+) {
+    let mut group = c.benchmark_group(name);
+    for &(n, changed) in cases {
+        let (replica, _) = replica_pair(n);
+        let text = encode(&replica).expect("fits");
+        let stamp = Stamp::new(1_765_000_000_000, 0, writer());
+        let delta = revision_delta(&stamp, n, changed, 7);
+        group.bench_function(
+            format!("decode_apply_encode/{n}_keys/{changed}_changed"),
+            |b| {
+                b.iter(|| {
+                    let mut state = decode(black_box(&text)).expect("decodes");
+                    state.apply(black_box(&delta));
+                    encode(&state).expect("fits")
+                })
+            },
+        );
+    }
+    group.finish();
 }
 
 fn full_merge(c: &mut Criterion) {
@@ -185,9 +227,10 @@ fn delta_apply_named<M: Measurement>(c: &mut Criterion<M>, name: &str) {
         b.iter_batched(
             || {
                 round += 1;
-                delta_100(
+                revision_delta(
                     &Stamp::new(1_765_000_000_000 + round, 0, writer()),
                     N,
+                    100,
                     round,
                 )
             },
@@ -203,7 +246,7 @@ fn delta_apply_named<M: Measurement>(c: &mut Criterion<M>, name: &str) {
                 round += 1;
                 let stamp = Stamp::new(1_765_000_000_000 + round, 0, writer());
                 let mut single = Replica::new();
-                single.apply(&delta_100(&stamp, N, round));
+                single.apply(&revision_delta(&stamp, N, 100, round));
                 registers(&single)
             },
             |delta| merge_registers(&mut ours, black_box(&delta)),
@@ -231,11 +274,16 @@ fn codec(c: &mut Criterion) {
 }
 
 fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
+    production_path_cases(
+        c,
+        "production_path_cpu_time",
+        &[(1_000, 100), (10_000, 100), (10_000, 1_000)],
+    );
     full_merge_sizes(c, "full_merge_cpu_time", &[50_000]);
     delta_apply_named(c, "apply_delta_100_into_50k_cpu_time");
 }
 
-criterion_group!(benches, full_merge, delta_apply, codec);
+criterion_group!(benches, production_path, full_merge, delta_apply, codec);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpuTime::new());

@@ -13,9 +13,11 @@
 //!
 //! Writers and stamps are tables because the entries of one revision share one stamp:
 //! spelling the stamp once instead of on each entry is what lets a 10k-key replica with
-//! realistic keys and values fit in one ConfigMap. Encoding is canonical: the same state
-//! always gives the same bytes (no whitespace, strings escaped as `serde_json` does: `"`,
-//! `\`, control characters only), so the ConfigMap is rewritten only when the state changes.
+//! realistic keys and values fit in one ConfigMap. One set of wire types declares the
+//! document for both directions; `serde_json` writes it. Encoding is canonical: the same
+//! state always gives the same bytes (sorted tables, no whitespace, `serde_json`'s
+//! escapes: `"`, `\`, control characters only), so the ConfigMap is rewritten only when
+//! the state changes.
 //!
 //! Decoding never panics and names what is wrong. It accepts any JSON spelling of the same
 //! document (whitespace, `\u` escapes) but refuses what a correct encoder never writes:
@@ -28,9 +30,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::lww::{Delta, Entry, Replica, Slot};
+use super::lww::{Delta, Entry, Replica};
 use super::{CodecError, Stamp, WriterId, quoted};
 
 /// The format version this build writes and reads.
@@ -48,54 +50,29 @@ pub const MAX_DECODED_BYTES: usize = KUBERNETES_OBJECT_LIMIT;
 
 /// Encodes a replica canonically; fails if the result would not fit in a ConfigMap.
 pub fn encode(replica: &Replica) -> Result<String, CodecError> {
-    let tables = Tables::new(replica.iter(), replica.frontiers().keys());
-    let mut out = String::with_capacity(estimate(replica.len()));
-    out.push_str("{\"v\":1,");
-    tables.push_writers(&mut out);
-    out.push_str(",\"frontiers\":[");
-    for (index, writer) in tables.writers.iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        // Every writer of an entry has a frontier (apply and merge keep it so); the
-        // fallback keeps the output decodable if that were ever not the case.
-        let frontier = replica
-            .frontier_of(writer)
-            .into_iter()
-            .chain(
-                tables
-                    .stamps
-                    .iter()
-                    .copied()
-                    .filter(|s| s.writer == **writer),
-            )
-            .max();
-        out.push('[');
-        if let Some(frontier) = frontier {
-            push_number(&mut out, frontier.wall_ms);
-            out.push(',');
-            push_number(&mut out, u64::from(frontier.logical));
-        }
-        out.push(']');
-    }
-    out.push_str("],");
-    tables.push_stamps(&mut out);
-    out.push(',');
-    tables.push_entries(&mut out, replica.iter());
-    finish(out)
+    let tables = Tables::new(replica.iter(), replica.frontiers().iter());
+    finish(serde_json::to_string(&WireReplica {
+        v: FORMAT_VERSION,
+        writers: tables.writers(),
+        frontiers: tables
+            .newest
+            .values()
+            .map(|stamp| (stamp.wall_ms, stamp.logical))
+            .collect(),
+        stamps: tables.stamps(),
+        entries: tables.entries(replica.iter()),
+    }))
 }
 
 /// Encodes a delta canonically; fails if the result would not fit in a ConfigMap.
 pub fn encode_delta(delta: &Delta) -> Result<String, CodecError> {
     let tables = Tables::new(delta.iter(), std::iter::empty());
-    let mut out = String::with_capacity(estimate(delta.len()));
-    out.push_str("{\"v\":1,");
-    tables.push_writers(&mut out);
-    out.push(',');
-    tables.push_stamps(&mut out);
-    out.push(',');
-    tables.push_entries(&mut out, delta.iter());
-    finish(out)
+    finish(serde_json::to_string(&WireDelta {
+        v: FORMAT_VERSION,
+        writers: tables.writers(),
+        stamps: tables.stamps(),
+        entries: tables.entries(delta.iter()),
+    }))
 }
 
 /// Decodes a replica, validating everything [`encode`] guarantees.
@@ -128,7 +105,7 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps, Slot::new)?;
+    let entries = decode_entries(&wire.entries, &stamps)?;
     Ok(Replica::from_validated_parts(entries, frontiers))
 }
 
@@ -146,16 +123,14 @@ pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
             });
         }
     }
-    let entries = decode_entries(&wire.entries, &stamps, |key, entry| (key, entry))?;
+    let entries = decode_entries(&wire.entries, &stamps)?;
     Ok(Delta::from_sorted_entries(entries))
 }
 
-fn estimate(entries: usize) -> usize {
-    128 + entries.saturating_mul(80)
-}
-
-fn finish(mut out: String) -> Result<String, CodecError> {
-    out.push('}');
+fn finish(encoded: Result<String, serde_json::Error>) -> Result<String, CodecError> {
+    let out = encoded.map_err(|error| CodecError::Unencodable {
+        message: redact_quoted(&error.to_string()),
+    })?;
     if out.len() > MAX_ENCODED_BYTES {
         return Err(CodecError::TooLarge {
             size: out.len(),
@@ -167,146 +142,79 @@ fn finish(mut out: String) -> Result<String, CodecError> {
 
 /// The writer and stamp tables of a document, sorted.
 struct Tables<'a> {
-    writers: Vec<&'a WriterId>,
-    stamps: Vec<&'a Stamp>,
+    /// Every writer of the document with its frontier: the newest of its stamps, or the
+    /// replica's frontier for it when that is newer (it may have merged writes that no
+    /// entry holds any more).
+    newest: BTreeMap<&'a WriterId, &'a Stamp>,
+    /// Each distinct stamp of the entries with its position in the stamp table.
     stamp_index: BTreeMap<&'a Stamp, usize>,
 }
 
 impl<'a> Tables<'a> {
     fn new(
         entries: impl Iterator<Item = (&'a str, &'a Entry)>,
-        extra_writers: impl Iterator<Item = &'a WriterId>,
+        frontiers: impl Iterator<Item = (&'a WriterId, &'a Stamp)>,
     ) -> Self {
         let mut stamp_index: BTreeMap<&'a Stamp, usize> = BTreeMap::new();
-        // Entries of one revision are often adjacent: skip the map for repeats.
-        let mut last: Option<&'a Stamp> = None;
         for (_, entry) in entries {
-            if last != Some(&entry.stamp) {
-                stamp_index.insert(&entry.stamp, 0);
-                last = Some(&entry.stamp);
+            stamp_index.insert(&entry.stamp, 0);
+        }
+        let mut newest: BTreeMap<&'a WriterId, &'a Stamp> = BTreeMap::new();
+        let stamps = stamp_index.keys().map(|stamp| (&stamp.writer, *stamp));
+        for (writer, stamp) in frontiers.chain(stamps) {
+            let held = newest.entry(writer).or_insert(stamp);
+            if stamp > *held {
+                *held = stamp;
             }
         }
-        let mut writers: Vec<&'a WriterId> = extra_writers
-            .chain(stamp_index.keys().map(|stamp| &stamp.writer))
-            .collect();
-        writers.sort_unstable();
-        writers.dedup();
-        let stamps: Vec<&'a Stamp> = stamp_index.keys().copied().collect();
         for (index, slot) in stamp_index.values_mut().enumerate() {
             *slot = index;
         }
         Self {
-            writers,
-            stamps,
+            newest,
             stamp_index,
         }
     }
 
-    fn push_writers(&self, out: &mut String) {
-        out.push_str("\"writers\":[");
-        for (index, writer) in self.writers.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            push_string(out, writer.as_str());
-        }
-        out.push(']');
+    fn writers(&self) -> Vec<Cow<'a, str>> {
+        self.newest
+            .keys()
+            .map(|writer| Cow::Borrowed(writer.as_str()))
+            .collect()
     }
 
-    fn push_stamps(&self, out: &mut String) {
-        out.push_str("\"stamps\":[");
-        for (index, stamp) in self.stamps.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            let writer_index = self
-                .writers
-                .binary_search(&&stamp.writer)
-                .unwrap_or_default();
-            out.push('[');
-            push_number(out, stamp.wall_ms);
-            out.push(',');
-            push_number(out, u64::from(stamp.logical));
-            out.push(',');
-            push_number(out, writer_index as u64);
-            out.push(']');
-        }
-        out.push(']');
+    fn stamps(&self) -> Vec<(u64, u32, usize)> {
+        self.stamp_index
+            .keys()
+            .map(|stamp| {
+                // Every stamp's writer is in the table: its index is the number of writers
+                // sorting before it.
+                let writer_index = self.newest.range::<&WriterId, _>(..&&stamp.writer).count();
+                (stamp.wall_ms, stamp.logical, writer_index)
+            })
+            .collect()
     }
 
-    fn push_entries<'e>(
+    fn entries<'e>(
         &self,
-        out: &mut String,
         entries: impl Iterator<Item = (&'e str, &'e Entry)>,
-    ) {
-        out.push_str("\"entries\":[");
-        let mut last: Option<(&Stamp, usize)> = None;
-        for (index, (key, entry)) in entries.enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            let stamp_index = match last {
-                Some((stamp, at)) if *stamp == entry.stamp => at,
-                _ => self
+    ) -> Vec<WireEntry<'e>> {
+        entries
+            .map(|(key, entry)| {
+                // The table was built from these entries, so the lookup always succeeds.
+                let stamp_index = self
                     .stamp_index
                     .get(&entry.stamp)
                     .copied()
-                    .unwrap_or_default(),
-            };
-            last = Some((&entry.stamp, stamp_index));
-            out.push('[');
-            push_string(out, key);
-            out.push(',');
-            match entry.value() {
-                Some(value) => push_string(out, value),
-                None => out.push_str("null"),
-            }
-            out.push(',');
-            push_number(out, stamp_index as u64);
-            out.push(']');
-        }
-        out.push(']');
+                    .unwrap_or_default();
+                WireEntry(
+                    Cow::Borrowed(key),
+                    entry.value().map(Cow::Borrowed),
+                    stamp_index,
+                )
+            })
+            .collect()
     }
-}
-
-fn push_number(out: &mut String, number: u64) {
-    use std::fmt::Write;
-    // Writing into a String cannot fail.
-    let _ = write!(out, "{number}");
-}
-
-/// JSON string with the escapes `serde_json` writes: `"`, `\`, the short forms of
-/// backspace, form feed, newline, carriage return and tab, `\u00XX` for other control
-/// characters; everything else verbatim.
-fn push_string(out: &mut String, text: &str) {
-    out.push('"');
-    let mut plain_from = 0;
-    for (at, byte) in text.bytes().enumerate() {
-        let escape: Option<&str> = match byte {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            0x00..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(&text[plain_from..at]);
-        match escape {
-            Some(short) => out.push_str(short),
-            None => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.push_str("\\u00");
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0xf)]));
-            }
-        }
-        plain_from = at + 1;
-    }
-    out.push_str(&text[plain_from..]);
-    out.push('"');
 }
 
 #[derive(Deserialize)]
@@ -314,10 +222,11 @@ struct VersionProbe {
     v: Option<u64>,
 }
 
-#[derive(Deserialize)]
+/// The document of a replica: what [`encode`] writes and [`decode`] reads, borrowing its
+/// text from the replica or from the input.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireReplica<'a> {
-    #[allow(dead_code)] // checked by the probe
     v: u64,
     #[serde(borrow)]
     writers: Vec<Cow<'a, str>>,
@@ -327,10 +236,10 @@ struct WireReplica<'a> {
     entries: Vec<WireEntry<'a>>,
 }
 
-#[derive(Deserialize)]
+/// The document of a delta: a replica's without frontiers.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireDelta<'a> {
-    #[allow(dead_code)] // checked by the probe
     v: u64,
     #[serde(borrow)]
     writers: Vec<Cow<'a, str>>,
@@ -339,7 +248,8 @@ struct WireDelta<'a> {
     entries: Vec<WireEntry<'a>>,
 }
 
-#[derive(Deserialize)]
+/// `[key, value or null, stamp index]`.
+#[derive(Serialize, Deserialize)]
 struct WireEntry<'a>(
     #[serde(borrow)] Cow<'a, str>,
     #[serde(borrow)] Option<Cow<'a, str>>,
@@ -404,14 +314,13 @@ fn decode_stamps(
     Ok(stamps)
 }
 
-/// The entries, validated, in the form the caller stores them (`make` builds one).
-fn decode_entries<T>(
+/// The entries, validated, sorted by key as replicas and deltas store them.
+fn decode_entries(
     wire: &[WireEntry<'_>],
     stamps: &[Stamp],
-    make: impl Fn(Arc<str>, Entry) -> T,
-) -> Result<Vec<T>, CodecError> {
+) -> Result<Vec<(Arc<str>, Entry)>, CodecError> {
     let mut used = vec![false; stamps.len()];
-    let mut sorted: Vec<T> = Vec::with_capacity(wire.len());
+    let mut sorted: Vec<(Arc<str>, Entry)> = Vec::with_capacity(wire.len());
     for (index, current) in wire.iter().enumerate() {
         let WireEntry(key, value, stamp_index) = current;
         let stamp = stamps
@@ -430,7 +339,7 @@ fn decode_entries<T>(
             value: value.as_deref().map(Arc::from),
             stamp: stamp.clone(),
         };
-        sorted.push(make(Arc::from(key.as_ref()), entry));
+        sorted.push((Arc::from(key.as_ref()), entry));
     }
     if let Some(index) = used.iter().position(|used| !used) {
         return Err(CodecError::UnusedStamp {
@@ -541,9 +450,17 @@ mod tests {
     #[test]
     fn escaping_matches_serde_json() {
         let text: String = (0u8..=0x7f).map(char::from).chain("é€😀".chars()).collect();
-        let mut ours = String::new();
-        push_string(&mut ours, &text);
-        assert_eq!(ours, serde_json::to_string(&text).unwrap());
+        let mut delta = Delta::new();
+        delta.set(text.as_str(), text.as_str(), stamp(1, "rollout:ns/app"));
+        let mut replica = Replica::new();
+        replica.apply(&delta);
+        let quoted = serde_json::to_string(&text).unwrap();
+        let encoded = encode(&replica).unwrap();
+        assert!(
+            encoded.contains(&format!("[[{quoted},{quoted},0]]")),
+            "{encoded}"
+        );
+        assert_eq!(decode(&encoded).unwrap(), replica);
     }
 
     #[test]

@@ -151,6 +151,13 @@ pub enum CodecError {
         /// The limit that applies.
         limit: usize,
     },
+    /// The encoder could not write the document. The document's types always serialise,
+    /// so this would be a bug, reported rather than panicking.
+    #[error("could not encode the document: {message}")]
+    Unencodable {
+        /// What the serialiser reported, with quoted input redacted.
+        message: String,
+    },
     /// Not JSON, or JSON of the wrong shape (missing or unknown field, wrong type or tuple
     /// length). Input fragments are redacted from the message.
     #[error("malformed document at line {line}, column {column}: {message}")]
