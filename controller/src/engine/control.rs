@@ -96,6 +96,15 @@ fn abort(draft: &mut Draft<'_>, requested_at: DateTime<Utc>, pending_retry: Opti
     draft.halt = Some((REASON_ABORTED.to_owned(), message));
 }
 
+/// Settles a retry requested before now without acting on it: for a halt that happens
+/// now (a rollback giving up), which a retry requested earlier must not resume.
+pub(super) fn consume_pending_retry(draft: &mut Draft<'_>) {
+    let now = draft.now;
+    if let Some(requested_at) = draft.obs.control.retry_requested_at.filter(|at| *at <= now) {
+        record(draft).retry_at = Some(to_time(whole_seconds(requested_at)));
+    }
+}
+
 /// Records a retry dated too far ahead as refused: it must not resume anything, now or
 /// when its time comes; a new request (with the current time) is needed.
 fn refuse_retry(draft: &mut Draft<'_>, requested_at: DateTime<Utc>) {

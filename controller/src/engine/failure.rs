@@ -13,7 +13,7 @@ use crate::api::{
 
 use super::clock::{from_time, spec_duration};
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
-use super::{Draft, EventType};
+use super::{Draft, EventType, control};
 
 /// Fails the stage at `index` and applies `onFailure`.
 pub(super) fn fail(draft: &mut Draft<'_>, index: usize, reason: &str, message: String) {
@@ -212,6 +212,8 @@ fn give_up_rollback(draft: &mut Draft<'_>) {
         REASON_ROLLBACK_INCOMPLETE,
         message.clone(),
     );
+    // This halt is new: a retry asked for while the rollback ran does not resume it.
+    control::consume_pending_retry(draft);
     draft.status.phase = Some(RolloutPhase::Halted);
     draft.status.current_stage = None;
     set_outcome(draft, Some(OUTCOME_HALTED));
