@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -358,6 +358,9 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     Ok(())
 }
 
+/// How long the controller may drain once leadership ends before it is dropped (its
+/// writes already stopped at the fence).
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How long the reconciles in flight may run on after SIGTERM before they are abandoned.
 /// With [`RELEASE_GRACE`] and [`SERVER_STOP_GRACE`] this stays within the Deployment's
 /// 30 s `terminationGracePeriodSeconds`.
@@ -460,7 +463,7 @@ async fn lead_and_work(
         }
         ctx.metrics.leader.set(1);
         tracing::info!("leading: reconciling rollouts");
-        let lost = {
+        let ended = {
             let leader = leader.clone();
             let stop = stop.clone();
             async move {
@@ -469,8 +472,21 @@ async fn lead_and_work(
                     () = stop.cancelled() => {},
                 }
             }
+        }
+        .shared();
+        // The controller drains gracefully, but not forever: its runner waits for the
+        // rollout cache's first list, which a hub that went away never completes.
+        let drained = {
+            let ended = ended.clone();
+            async move {
+                ended.await;
+                tokio::time::sleep(DRAIN_GRACE).await;
+            }
         };
-        run_controller(ctx.clone(), watch_hub.clone(), lost).await;
+        tokio::select! {
+            () = run_controller(ctx.clone(), watch_hub.clone(), ended) => {}
+            () = drained => tracing::warn!(grace = ?DRAIN_GRACE, "reconciles still running after leadership ended: abandoned"),
+        }
         ctx.metrics.leader.set(0);
         tracing::info!("not leading: reconciling stopped");
     }
