@@ -1058,3 +1058,43 @@ fn out_of_band_edits_are_reported_by_key_name() {
         .expect("Drifted condition");
     assert_eq!(condition.status, "False");
 }
+
+#[test]
+fn drift_is_reverted_or_adopted_while_complete_and_only_reported_under_report() {
+    for (policy, acts) in [("Revert", true), ("Adopt", true), ("Report", false)] {
+        let mut value = three_stages();
+        value["driftPolicy"] = json!(policy);
+        let mut world = World::new(spec(value), &ALL);
+        world.run(10, 10);
+        assert_eq!(world.status.phase, Some(RolloutPhase::Complete), "{policy}");
+        let published = world.publishes().len();
+
+        world.region("w2").drifted = vec!["k".to_owned()];
+        world.run(3, 60);
+        let again: Vec<_> = world.publishes()[published..].to_vec();
+        if acts {
+            assert_eq!(
+                again.len(),
+                1,
+                "{policy}: one repair, not one per reconcile"
+            );
+            assert_eq!(again[0].0, "w2", "{policy}");
+            assert!(world.region("w2").drifted.is_empty(), "{policy}");
+            assert!(!world.condition_true(conditions::DRIFTED), "{policy}");
+        } else {
+            assert!(again.is_empty(), "{policy}: Report changes nothing");
+            assert!(world.condition_true(conditions::DRIFTED), "{policy}");
+        }
+        assert_eq!(world.status.phase, Some(RolloutPhase::Complete), "{policy}");
+
+        // Unreachable while drifted: repaired once it is back.
+        if acts {
+            world.region("x1").drifted = vec!["k".to_owned()];
+            world.region("x1").reachable = false;
+            world.run(3, 60);
+            world.region("x1").reachable = true;
+            world.run(3, 60);
+            assert!(world.region("x1").drifted.is_empty(), "{policy}");
+        }
+    }
+}

@@ -5,11 +5,12 @@
 //! that is in the window of its new status and was not in the window of the status it
 //! started from. So feeding a returned status back with the same observations emits
 //! nothing again (restart safety), while the reconcile, which executes actions before it
-//! writes the status, repeats work that a crash interrupted.
+//! writes the status, repeats work that a crash interrupted. A Complete rollout whose
+//! `driftPolicy` is Revert or Adopt sends a drifted region its last pass again.
 
 use crate::api::{
-    ConfigRolloutSpec, ConfigRolloutStatus, RegionRolloutStatus, RevisionStep, RolloutPhase,
-    StageState, conditions,
+    ConfigRolloutSpec, ConfigRolloutStatus, DriftPolicy, RegionRolloutStatus, RevisionStep,
+    RolloutPhase, StageState, conditions,
 };
 
 use super::observations::Observations;
@@ -127,6 +128,29 @@ pub(super) fn work_of<'p>(
                         reverse_position,
                         region: name,
                     });
+                }
+            }
+        }
+        // Drift acted on while Complete: under Revert or Adopt, a region whose target
+        // was edited out of band gets the revision's last pass again, which puts the
+        // declared values back (Revert) or keeps the edit as an override (Adopt). Keyed on
+        // the drift the status records, so it is sent once per drift seen, and again
+        // when the region turns reachable.
+        Some(RolloutPhase::Complete) if spec.drift_policy != DriftPolicy::Report => {
+            let pass = status.step.unwrap_or(RevisionStep::Single);
+            for (index, regions) in plan.stages.iter().enumerate() {
+                for (position, name) in regions.iter().enumerate() {
+                    let drifted = find_region(status, name).is_some_and(|region| {
+                        region.reachable == Some(true) && !region.drifted_keys.is_empty()
+                    });
+                    if drifted {
+                        work.push(Work::Publish {
+                            stage: index,
+                            position,
+                            region: name,
+                            step: pass,
+                        });
+                    }
                 }
             }
         }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use configrollout::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, conditions};
+use configrollout::api::{
+    ConfigRolloutSpec, ConfigRolloutStatus, DriftPolicy, RevisionStep, conditions,
+};
 use configrollout::engine::{
     Action, AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Decision,
     DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation, decide,
@@ -41,6 +43,9 @@ pub struct FakeRegion {
     pub applied: Option<AppliedRevision>,
     /// Revisions a Rollback reverted here, in order.
     pub reverted: Vec<String>,
+    /// Keys edited out of band in the target; a publish under Revert or Adopt settles
+    /// them, as materialising does.
+    pub drifted: Vec<String>,
     /// Consumer instances; activated after publish when `activates` is true.
     pub consumers: u32,
     pub activates: bool,
@@ -171,7 +176,11 @@ impl World {
                                 .is_none_or(|applied| &applied.revision != current)
                     }),
                     consumers: region.consumer_state.clone(),
-                    drifted_keys: Vec::new(),
+                    drifted_keys: if region.reachable {
+                        region.drifted.clone()
+                    } else {
+                        Vec::new()
+                    },
                     overridden_keys: Vec::new(),
                     future_stamped_keys: region.future_stamped_keys,
                 })
@@ -226,6 +235,9 @@ impl World {
                 };
                 if !fake.reachable || fake.stuck {
                     return;
+                }
+                if self.spec.drift_policy != DriftPolicy::Report {
+                    fake.drifted.clear();
                 }
                 fake.applied = Some(AppliedRevision {
                     revision: revision.clone(),
