@@ -318,6 +318,41 @@ spec:
     );
 }
 
+/// A Complete rollout under `driftPolicy: Revert` puts a hand edit back by itself, within
+/// its idle resync (60 s).
+async fn drift_is_reverted_while_complete(world: &World) {
+    let revert = serde_json::json!({"spec": {"driftPolicy": "Revert"}});
+    within(
+        "set driftPolicy Revert",
+        world
+            .rollouts()
+            .patch("sourced", &PatchParams::default(), &Patch::Merge(&revert)),
+    )
+    .await;
+    world.wait_condition("sourced", "Complete", PROGRESS).await;
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
+    let edit = serde_json::json!({"data": {"rate": "edited-by-hand"}});
+    within(
+        "edit the target by hand",
+        maps.patch("sourced", &PatchParams::default(), &Patch::Merge(&edit)),
+    )
+    .await;
+    let edited = std::time::Instant::now();
+    eventually("the edit is reverted", IDLE_POLL + PROGRESS, || async {
+        let data = world.target_data("region-1", "sourced").await?;
+        (data.get("rate").map(String::as_str) == Some("20")).then_some(())
+    })
+    .await;
+    eprintln!("drift reverted in {:?}", edited.elapsed());
+    let rollout = world.rollout("sourced").await;
+    assert_eq!(phase_of(&rollout).as_deref(), Some("Complete"));
+    assert_eq!(
+        rollout.status.as_ref().and_then(|s| s.revision.as_deref()),
+        Some("r2"),
+        "reverting drift declares no revision"
+    );
+}
+
 async fn a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(world: &World) {
     let bad = r#"
 apiVersion: configrollout.dev/v1alpha1
@@ -591,6 +626,7 @@ async fn controller_on_the_lab() {
     a_new_revision_mid_rollout_supersedes_the_old(&world).await;
     two_rollouts_on_one_target_converge(&world).await;
     a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
+    drift_is_reverted_while_complete(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
