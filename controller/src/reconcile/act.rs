@@ -244,7 +244,7 @@ fn record(
     }
 }
 
-async fn publish_event(
+pub(super) async fn publish_event(
     recorder: &Recorder,
     rollout: &ConfigRollout,
     type_: EventType,

@@ -54,6 +54,18 @@ impl ReconcileError {
         self.cause().category()
     }
 
+    /// The reason of the Event that reports this failure on its rollout.
+    pub fn event_reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Fetch(_) => "FetchFailed",
+            ReconcileError::Validate(_) => "ValidateFailed",
+            ReconcileError::Observe(_) => "ObserveFailed",
+            ReconcileError::Act(_) => "ActFailed",
+            ReconcileError::WriteStatus(_) => "StatusWriteFailed",
+            ReconcileError::Prune(_) => "PruneFailed",
+        }
+    }
+
     /// When to reconcile again.
     pub fn retry_after(&self) -> Duration {
         match self.category() {

@@ -28,7 +28,8 @@ use crate::crdt::{DigestKey, Hlc, Stamp, WriterId};
 use crate::engine;
 use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
-use crate::telemetry::metrics::{Metrics, ReconcileRecord, WriteKind};
+use crate::regions::publication::{RevisionState, encode_revision};
+use crate::telemetry::metrics::{ErrorCategory, Metrics, ReconcileRecord, WriteKind};
 use act::ActInput;
 pub use error::{ERROR_REQUEUE, HubError, INVALID_REQUEUE, ReconcileError};
 pub use fence::WriteFence;
@@ -121,8 +122,31 @@ pub async fn reconcile(
             %error,
             "reconcile failed"
         );
+        report_failure(&ctx, &rollout, error).await;
     }
     result
+}
+
+/// Tells the rollout's owners why it is blocked: a Warning Event on the rollout, naming
+/// the step and the cause (names and HTTP reasons, never values). The recorder folds
+/// repeats into one Event with a count. A replica that does not lead says nothing.
+async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &ReconcileError) {
+    if error.category() == ErrorCategory::NotLeader || !ctx.fence.permits(WriteKind::Event) {
+        return;
+    }
+    // Events notes are capped by the apiserver (1 KiB); an error is cut well before.
+    let message: String = format!("{error} (retried in {:?})", error.retry_after())
+        .chars()
+        .take(900)
+        .collect();
+    act::publish_event(
+        &ctx.recorder,
+        rollout,
+        engine::EventType::Warning,
+        error.event_reason(),
+        &message,
+    )
+    .await;
 }
 
 /// The steps, in order: fetch (hub) -> validate -> observe (regions) -> decide (engine,
@@ -137,7 +161,7 @@ async fn run_steps(
     let mut fetched = fetch::fetch(ctx, rollout)
         .await
         .map_err(ReconcileError::Fetch)?;
-    let validated = validate(rollout, &fetched).map_err(ReconcileError::Validate)?;
+    let validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
     let observations = observe::observe(ctx, rollout, &fetched, &validated, now)
         .await
         .map_err(ReconcileError::Observe)?;
@@ -187,7 +211,11 @@ async fn run_steps(
 /// Checks what was fetched before any region is read: a rollout that cannot name itself
 /// as a writer is an error; a bad grant or missing data is reported in status
 /// (`InvalidSpec`) by the engine, with nothing written.
-fn validate(rollout: &ConfigRollout, fetched: &Fetched) -> Result<Validated, HubError> {
+fn validate(
+    rollout: &ConfigRollout,
+    fetched: &Fetched,
+    now: chrono::DateTime<Utc>,
+) -> Result<Validated, HubError> {
     let namespace = rollout.namespace().unwrap_or_default();
     let writer =
         WriterId::rollout(&namespace, &rollout.name_any()).map_err(|source| HubError::Writer {
@@ -201,10 +229,64 @@ fn validate(rollout: &ConfigRollout, fetched: &Fetched) -> Result<Validated, Hub
             Default::default()
         }
     };
+    if spec_errors.is_empty()
+        && let Some(error) = oversized_revision(rollout, &fetched.revisions, &desired, &writer, now)
+    {
+        spec_errors.push(error);
+    }
     Ok(Validated {
         writer,
         desired,
         spec_errors,
+    })
+}
+
+/// Why the revision `desired` would declare cannot be stored, if so: its state and the
+/// values it replaces (both kept in one ControllerRevision) over the object size limit.
+/// Checked before anything is written, so the rollout reports InvalidSpec and touches no
+/// region, instead of failing to save on every reconcile.
+fn oversized_revision(
+    rollout: &ConfigRollout,
+    revisions: &std::collections::BTreeMap<String, RevisionState>,
+    desired: &std::collections::BTreeMap<String, String>,
+    writer: &WriterId,
+    now: chrono::DateTime<Utc>,
+) -> Option<String> {
+    let current = rollout
+        .status
+        .as_ref()
+        .and_then(|status| status.revision.as_ref())
+        .and_then(|name| revisions.get(name));
+    if current.is_some_and(|current| {
+        let changes = current.changes_to(desired);
+        changes.set == 0 && changes.removed == 0
+    }) {
+        return None;
+    }
+    let latest = act::latest_before(revisions, i64::MAX);
+    let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or_default();
+    let candidate = RevisionState::declare(
+        "next",
+        latest,
+        desired,
+        Stamp::new(now_ms, 0, writer.clone()),
+    );
+    let limit = crate::crdt::codec::MAX_ENCODED_BYTES;
+    let size = match encode_revision(&candidate) {
+        Ok((state, previous)) => state.len().saturating_add(previous.len()),
+        Err(_) => usize::MAX,
+    };
+    (size > limit).then(|| {
+        let size = if size == usize::MAX {
+            "more than that".to_owned()
+        } else {
+            format!("{size} bytes")
+        };
+        format!(
+            "spec.data: the next revision cannot be stored: its state and the values it \
+             replaces need {size} in one ControllerRevision, over the limit of {limit} \
+             bytes; remove keys or shorten values"
+        )
     })
 }
 
@@ -243,4 +325,78 @@ pub(crate) async fn api_call<T>(
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<T, HubError> {
     Ok(crate::api_call::timed(operation, HUB_CALL_TIMEOUT, request).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn rollout(revision: Option<&str>) -> ConfigRollout {
+        let mut rollout = ConfigRollout::new(
+            "limits",
+            serde_json::from_value(serde_json::json!({
+                "target": {"namespace": "app", "name": "limits"},
+                "data": {"k": "v"},
+                "stages": [{"name": "all", "regions": {"names": ["eu-1"]}}],
+            }))
+            .unwrap(),
+        );
+        rollout.metadata.namespace = Some("team".to_owned());
+        rollout.status = Some(crate::api::ConfigRolloutStatus {
+            revision: revision.map(str::to_owned),
+            ..Default::default()
+        });
+        rollout
+    }
+
+    fn data(keys: usize, fill: char) -> BTreeMap<String, String> {
+        (0..keys)
+            .map(|key| (format!("key-{key:04}"), fill.to_string().repeat(1000)))
+            .collect()
+    }
+
+    #[test]
+    fn a_revision_whose_state_and_replaced_values_do_not_fit_is_refused_before_any_write() {
+        let writer = WriterId::rollout("team", "limits").unwrap();
+        let now = Utc::now();
+        let stamp = Stamp::new(1_000, 0, writer.clone());
+        let r1 = RevisionState::declare("r1", None, &data(600, 'a'), stamp);
+        let revisions = BTreeMap::from([("r1".to_owned(), r1)]);
+
+        // Every value replaced: 600 KB of state plus 600 KB of previous values.
+        let error = oversized_revision(
+            &rollout(Some("r1")),
+            &revisions,
+            &data(600, 'b'),
+            &writer,
+            now,
+        )
+        .expect("refused");
+        assert!(
+            error.starts_with("spec.data: the next revision cannot be stored"),
+            "{error}"
+        );
+        assert!(!error.contains("bbbb"), "no value in the message: {error}");
+
+        // Half of them: fits.
+        let mut half = data(600, 'a');
+        half.extend(data(300, 'b'));
+        assert_eq!(
+            oversized_revision(&rollout(Some("r1")), &revisions, &half, &writer, now),
+            None
+        );
+        // Nothing new to declare: nothing to check.
+        assert_eq!(
+            oversized_revision(
+                &rollout(Some("r1")),
+                &revisions,
+                &data(600, 'a'),
+                &writer,
+                now
+            ),
+            None
+        );
+    }
 }
