@@ -6,7 +6,7 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 
 use configrollout::api::{
-    Approval, ConfigRolloutSpec, GateVerdict, RevisionStep, RolloutPhase, StageState,
+    Approval, ConfigRolloutSpec, GateVerdict, RevisionStep, RolloutPhase, StageState, conditions,
 };
 use configrollout::crdt::{
     Delta, Replica, Stamp, WriterId, compensating_delta, declare_revision, override_delta,
@@ -457,6 +457,51 @@ proptest! {
             });
             prop_assert!(violations.is_empty(), "after {:?}: {:?}", event, violations);
         }
+    }
+
+    /// No state waits without a deadline or a person: after any run, left alone while
+    /// time passes (whatever the regions and the metric are doing then), every rollout
+    /// ends Complete, Halted or RolledBack, or waits for a person (an approval, or
+    /// `spec.paused`), within its deadlines. Nothing is still Progressing, RollingBack or
+    /// Pending at the end of a horizon far past every deadline, pause and gate window.
+    #[test]
+    fn every_run_ends_or_waits_for_a_person(
+        shape in spec_shape(),
+        events in prop::collection::vec(event(), 1..60),
+    ) {
+        let mut world = world_for(&shape);
+        let mut revision_counter = 1;
+        for event in &events {
+            apply_event(&mut world, event, &mut revision_counter);
+            world.tick();
+        }
+        // Left alone: six simulated hours, looked at as often as the engine asks (at
+        // least every 10 minutes, as the idle resync does).
+        let horizon = world.now + chrono::TimeDelta::hours(6);
+        while world.now < horizon {
+            let decision = world.tick();
+            let wait = decision
+                .requeue_after
+                .map_or(600, |after| after.as_secs().clamp(1, 600));
+            world.advance(i64::try_from(wait).unwrap_or(600));
+        }
+        let phase = world.status.phase;
+        let waits_for_a_person = matches!(
+            phase,
+            Some(RolloutPhase::AwaitingApproval) | Some(RolloutPhase::Paused)
+        ) || world.spec.paused
+            || world.condition_true(conditions::INVALID_SPEC);
+        let ended = matches!(
+            phase,
+            Some(RolloutPhase::Complete | RolloutPhase::Halted | RolloutPhase::RolledBack)
+        );
+        prop_assert!(
+            ended || waits_for_a_person,
+            "still {:?} six hours after {:?}; stages {:?}",
+            phase,
+            events,
+            world.status.stages.iter().map(|stage| stage.state).collect::<Vec<_>>()
+        );
     }
 
     /// Progress is possible: with healthy metrics, reachable regions, approvals given and

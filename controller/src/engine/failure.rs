@@ -2,8 +2,8 @@
 //! stops where it is; `Rollback` reverts the revision in every region of every stage it
 //! reached, last stage first, one stage at a time, then reports RolledBack. A region the
 //! revision never reached has nothing to revert and counts as rolled back; one that stays
-//! unreachable ends the rollback Halted (`RollbackIncomplete`, naming it) after the
-//! progress deadline. A halted rollout resumes only by retry, abort or a new revision.
+//! unreachable (or refuses the compensation) ends the rollback Halted
+//! (`RollbackIncomplete`, naming it) after the progress deadline. A halted rollout resumes only by retry, abort or a new revision.
 
 use std::collections::HashMap;
 
@@ -150,7 +150,7 @@ pub(super) fn continue_rollback(draft: &mut Draft<'_>) {
         draft.event(EventType::Normal, "RolledBack", message);
         return;
     }
-    if cursor.is_none() && rollback_expired(draft) {
+    if rollback_expired(draft) {
         give_up_rollback(draft);
         return;
     }
@@ -161,9 +161,9 @@ pub(super) fn continue_rollback(draft: &mut Draft<'_>) {
 /// Reason on the Halted condition when a rollback could not reach every region in time.
 pub const REASON_ROLLBACK_INCOMPLETE: &str = "RollbackIncomplete";
 
-/// Whether the rollback has waited on unreachable regions for the rollout's progress
-/// deadline since it began (the Halted condition's transition). Schedules a look at the
-/// deadline otherwise.
+/// Whether the rollback has run for the rollout's progress deadline since it began (the
+/// Halted condition's transition) with regions still not reverted. Schedules a look at
+/// the deadline otherwise.
 fn rollback_expired(draft: &mut Draft<'_>) -> bool {
     let deadline = draft
         .spec
@@ -188,11 +188,12 @@ fn rollback_expired(draft: &mut Draft<'_>) -> bool {
     false
 }
 
-/// Ends a rollback that only unreachable regions still wait for: Halted, naming them, so
-/// that a person decides (retry or abort once they are back) instead of it spinning.
+/// Ends a rollback that regions still wait for past its deadline (unreachable, or
+/// refusing the compensation): Halted, naming them, so that a person decides (retry or
+/// abort once they are back) instead of it spinning.
 fn give_up_rollback(draft: &mut Draft<'_>) {
     let revision = draft.revision().unwrap_or_default().to_owned();
-    let waiting: Vec<&str> = reached_stages(draft)
+    let waiting: Vec<String> = reached_stages(draft)
         .into_iter()
         .flat_map(|index| draft.plan.stages[index].iter().copied())
         .filter(|name| {
@@ -201,10 +202,22 @@ fn give_up_rollback(draft: &mut Draft<'_>) {
             })
         })
         .take(10)
+        .map(|name| {
+            let reachable = draft
+                .status
+                .regions
+                .iter()
+                .any(|region| region.name == name && region.reachable == Some(true));
+            if reachable {
+                name.to_owned()
+            } else {
+                format!("{name} (unreachable)")
+            }
+        })
         .collect();
     let message = format!(
-        "rollback of {revision} could not reach region(s) {} (unreachable): they may still \
-         hold {revision}; retry or abort once they are back",
+        "rollback of {revision} did not finish in region(s) {} within the progress \
+         deadline: they may still hold {revision}; retry or abort once they are back",
         waiting.join(", ")
     );
     draft.event(
