@@ -501,18 +501,19 @@ fn spec_paused_publishes_nothing_until_resumed() {
     assert!(!world.condition_true(conditions::PAUSED));
 }
 
-#[test]
-fn without_a_deadline_a_region_that_never_answers_halts_the_stage_at_the_default() {
-    let mut world = World::new(
-        spec(
-            json!({"stages": [{"name": "all", "regions": {"names": ["a", "gone"]}, "maxParallel": 2}]}),
-        ),
-        &["a", "gone"],
-    );
-    world.region("gone").reachable = false;
+/// Runs one stage over `a` and `b` (`b` never answers) and checks it halts exactly
+/// `deadline_s` after it started, for the deadline's reason; returns the message.
+fn halted_at_the_deadline(stage: serde_json::Value, deadline_s: i64) -> String {
+    let mut stage = stage;
+    stage["name"] = json!("all");
+    stage["regions"] = json!({"names": ["a", "b"]});
+    stage["maxParallel"] = json!(2);
+    let mut world = World::new(spec(json!({"stages": [stage]})), &["a", "b"]);
+    world.region("b").reachable = false;
     world.tick();
-    assert!(world.last.as_ref().unwrap().requeue_after <= Some(Duration::from_secs(600)));
-    world.advance(599);
+    let wait = Duration::from_secs(u64::try_from(deadline_s).unwrap());
+    assert!(world.last.as_ref().unwrap().requeue_after <= Some(wait));
+    world.advance(deadline_s - 1);
     world.tick();
     assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
     world.advance(1);
@@ -521,10 +522,17 @@ fn without_a_deadline_a_region_that_never_answers_halts_the_stage_at_the_default
     let halted = world.condition(conditions::HALTED).unwrap();
     assert_eq!(halted.reason, "ProgressDeadlineExceeded");
     assert!(
-        halted.message.contains("within 10m") && halted.message.contains("gone (unreachable)"),
+        halted.message.contains("b (unreachable)"),
         "{}",
         halted.message
     );
+    halted.message.clone()
+}
+
+#[test]
+fn without_a_deadline_a_region_that_never_answers_halts_the_stage_at_the_default() {
+    let message = halted_at_the_deadline(json!({}), 600);
+    assert!(message.contains("within 10m"), "{message}");
 }
 
 #[test]
@@ -562,29 +570,8 @@ fn the_rollout_deadline_applies_to_stages_without_their_own() {
 
 #[test]
 fn an_exceeded_progress_deadline_fails_the_stage_naming_unreachable_regions() {
-    let mut world = World::new(
-        spec(
-            json!({"stages": [{"name": "all", "regions": {"names": ["a", "b"]},
-                                 "maxParallel": 2, "progressDeadline": "2m"}]}),
-        ),
-        &["a", "b"],
-    );
-    world.region("b").reachable = false;
-    world.tick();
-    assert!(world.last.as_ref().unwrap().requeue_after <= Some(Duration::from_secs(120)));
-    world.advance(119);
-    world.tick();
-    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
-    world.advance(1);
-    world.tick();
-    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
-    let halted = world.condition(conditions::HALTED).unwrap();
-    assert_eq!(halted.reason, "ProgressDeadlineExceeded");
-    assert!(
-        halted.message.contains("b (unreachable)"),
-        "{}",
-        halted.message
-    );
+    let message = halted_at_the_deadline(json!({"progressDeadline": "2m"}), 120);
+    assert!(message.contains("within 2m"), "{message}");
 }
 
 #[test]
@@ -618,12 +605,17 @@ fn on_failure_rollback_reverts_reached_regions_last_stage_first() {
     );
 }
 
-#[test]
-fn a_rollback_reaches_only_stages_that_started() {
+/// Three stages rolled back on failure; wave1 fails one minute after it starts.
+fn rolls_back_when_wave1_is_late() -> World {
     let mut value = three_stages();
     value["onFailure"] = json!("Rollback");
     value["stages"][1]["progressDeadline"] = json!("1m");
-    let mut world = World::new(spec(value), &ALL);
+    World::new(spec(value), &ALL)
+}
+
+#[test]
+fn a_rollback_reaches_only_stages_that_started() {
+    let mut world = rolls_back_when_wave1_is_late();
     world.region("w2").stuck = true;
     world.run(20, 10);
     assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
@@ -634,10 +626,7 @@ fn a_rollback_reaches_only_stages_that_started() {
 
 #[test]
 fn a_rollback_over_regions_the_revision_never_reached_ends_rolled_back() {
-    let mut value = three_stages();
-    value["onFailure"] = json!("Rollback");
-    value["stages"][1]["progressDeadline"] = json!("1m");
-    let mut world = World::new(spec(value), &ALL);
+    let mut world = rolls_back_when_wave1_is_late();
     // Neither wave-1 region ever takes the revision.
     world.region("w1").stuck = true;
     world.region("w2").stuck = true;
@@ -648,10 +637,7 @@ fn a_rollback_over_regions_the_revision_never_reached_ends_rolled_back() {
 
 #[test]
 fn a_rollback_that_cannot_reach_a_region_ends_halted_naming_it() {
-    let mut value = three_stages();
-    value["onFailure"] = json!("Rollback");
-    value["stages"][1]["progressDeadline"] = json!("1m");
-    let mut world = World::new(spec(value), &ALL);
+    let mut world = rolls_back_when_wave1_is_late();
     world.region("w2").stuck = true;
     // c1 took the revision, then went away for good before the rollback reached it.
     while world.status.current_stage.as_deref() != Some("wave1") {
@@ -1011,52 +997,30 @@ fn every_sample_a_step_counts_is_tallied_once_by_verdict() {
 
 #[test]
 fn out_of_band_edits_are_reported_by_key_name() {
-    use configrollout::engine::{DesiredRevision, Grant, Observations, RegionObservation};
-    let spec = spec(json!({
-        "stages": [{"name": "only", "regions": {"names": ["region-1"]}}],
-    }));
-    let observations = || Observations {
-        generation: 1,
-        desired: DesiredRevision {
-            digest: "d1".into(),
-            keys_set: 1,
-            keys_removed: 0,
-        },
-        fresh_stamp: "1000.0@rollout:team/limits".into(),
-        regions: vec![RegionObservation {
-            name: "region-1".into(),
-            reachable: true,
-            ..RegionObservation::default()
-        }],
-        grant: Grant::own_namespace(&spec.target.namespace),
-        ..Observations::default()
-    };
-    let now = chrono::Utc::now();
-    let first = decide(&spec, Default::default(), &observations(), now);
-    let mut drifted = observations();
-    drifted.regions[0].drifted_keys = vec!["rate".into()];
-    let decision = decide(&spec, first.status, &drifted, now);
-    let condition = decision
-        .status
-        .condition("Drifted")
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.run(10, 10);
+    world.region("w1").drifted = vec!["rate".into()];
+    world.tick();
+    let condition = world
+        .condition(conditions::DRIFTED)
         .expect("Drifted condition");
     assert_eq!(condition.status, "True");
     assert!(
-        condition.message.contains("region-1 (rate)"),
+        condition.message.contains("w1 (rate)"),
         "{}",
         condition.message
     );
-    assert_eq!(
-        decision.status.regions[0].drifted_keys,
-        vec!["rate".to_owned()]
-    );
-
-    let healed = decide(&spec, decision.status.clone(), &observations(), now);
-    let condition = healed
+    let w1 = world
         .status
-        .condition("Drifted")
-        .expect("Drifted condition");
-    assert_eq!(condition.status, "False");
+        .regions
+        .iter()
+        .find(|r| r.name == "w1")
+        .unwrap();
+    assert_eq!(w1.drifted_keys, vec!["rate".to_owned()]);
+
+    world.region("w1").drifted.clear();
+    world.tick();
+    assert!(!world.condition_true(conditions::DRIFTED));
 }
 
 #[test]

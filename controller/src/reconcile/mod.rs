@@ -328,10 +328,17 @@ pub(crate) async fn api_call<T>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    /// A Region labelled `tier`, for the selection tests of this module.
+    pub(crate) fn region(name: &str, tier: &str) -> crate::api::Region {
+        let mut region = crate::api::Region::new(name, Default::default());
+        region.metadata.labels = Some([("tier".to_owned(), tier.to_owned())].into());
+        region
+    }
 
     fn rollout(revision: Option<&str>) -> ConfigRollout {
         let mut rollout = ConfigRollout::new(

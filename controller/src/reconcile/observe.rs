@@ -218,18 +218,10 @@ async fn sample_gates(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::tests::region;
 
     #[test]
     fn only_regions_a_stage_selects_are_read() {
-        let region = |name: &str, tier: &str| Region {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: Some([("tier".to_owned(), tier.to_owned())].into()),
-                ..Default::default()
-            },
-            spec: Default::default(),
-            status: None,
-        };
         let spec: ConfigRolloutSpec = serde_json::from_value(serde_json::json!({
             "target": {"namespace": "app", "name": "limits"},
             "data": {"rate": "1"},

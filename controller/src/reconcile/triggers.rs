@@ -63,23 +63,12 @@ pub fn rollouts_for_source(
 mod tests {
     use super::*;
     use crate::api::RegionRolloutStatus;
+    use crate::reconcile::tests::region;
 
     fn rollout(namespace: &str, name: &str, spec: serde_json::Value) -> Arc<ConfigRollout> {
         let mut rollout = ConfigRollout::new(name, serde_json::from_value(spec).unwrap());
         rollout.metadata.namespace = Some(namespace.to_owned());
         Arc::new(rollout)
-    }
-
-    fn region(name: &str, tier: &str) -> Region {
-        Region {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: Some([("tier".to_owned(), tier.to_owned())].into()),
-                ..Default::default()
-            },
-            spec: Default::default(),
-            status: None,
-        }
     }
 
     fn names(refs: Vec<ObjectRef<ConfigRollout>>) -> Vec<String> {
