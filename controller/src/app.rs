@@ -297,6 +297,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         )),
         recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
         fence: WriteFence::new(leader.clone(), metrics.clone()),
+        backoff: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
         policies: Default::default(),
@@ -528,8 +529,9 @@ async fn run_controller(
         .await;
 }
 
-fn error_policy(_: Arc<ConfigRollout>, error: &ReconcileError, _: Arc<Context>) -> Action {
-    Action::requeue(error.retry_after())
+fn error_policy(rollout: Arc<ConfigRollout>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let key = reconcile::rollout_key(&rollout);
+    Action::requeue(ctx.backoff.failed(&key, error.retry_after()))
 }
 
 async fn probe_regions(ctx: Arc<Context>, stop: CancellationToken) {

@@ -605,6 +605,8 @@ mod tests {
 
     #[tokio::test]
     async fn no_endpoint_is_an_error() {
+        // Run alone, no other test has installed the provider reqwest needs.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
         let provider = PrometheusProvider::new(http, None, ResponseLimits::default());
         assert_eq!(

@@ -13,6 +13,41 @@ pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
 /// change can fix; a change of the rollout reconciles it at once anyway.
 pub const INVALID_REQUEUE: Duration = Duration::from_secs(300);
 
+/// The longest wait between two attempts of a rollout that keeps failing.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Consecutive failures per rollout, so that one failing again and again (a region
+/// refusing every merge, an API server in trouble) is retried less and less often: the
+/// first retry after `base`, each next one twice as late, up to [`MAX_RETRY_BACKOFF`]. A
+/// reconcile that succeeds starts the count again.
+#[derive(Debug, Default)]
+pub struct RetryBackoff {
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+impl RetryBackoff {
+    /// Counts one more failure of `rollout` and returns when to try again.
+    pub fn failed(&self, rollout: &str, base: Duration) -> Duration {
+        let failures = match self.failures.lock() {
+            Ok(mut failures) => {
+                let count = failures.entry(rollout.to_owned()).or_default();
+                *count = count.saturating_add(1);
+                *count
+            }
+            Err(_) => 1,
+        };
+        let factor = 2_u32.saturating_pow(failures.saturating_sub(1).min(16));
+        base.saturating_mul(factor).min(MAX_RETRY_BACKOFF.max(base))
+    }
+
+    /// Forgets `rollout`'s failures.
+    pub fn succeeded(&self, rollout: &str) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(rollout);
+        }
+    }
+}
+
 /// A reconcile that failed, by the step that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -152,6 +187,21 @@ impl HubError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollout_failing_again_and_again_is_retried_less_often_up_to_a_cap() {
+        let backoff = RetryBackoff::default();
+        let waits: Vec<u64> = (0..8)
+            .map(|_| backoff.failed("team/limits", ERROR_REQUEUE).as_secs())
+            .collect();
+        assert_eq!(waits, [15, 30, 60, 120, 240, 300, 300, 300]);
+        // Another rollout has its own count; a success starts again.
+        assert_eq!(backoff.failed("team/other", ERROR_REQUEUE).as_secs(), 15);
+        backoff.succeeded("team/limits");
+        assert_eq!(backoff.failed("team/limits", ERROR_REQUEUE).as_secs(), 15);
+        // A base past the cap is kept: what only a change can fix waits its 5 minutes.
+        assert_eq!(backoff.failed("team/x", INVALID_REQUEUE), INVALID_REQUEUE);
+    }
 
     #[test]
     fn what_only_a_change_can_fix_is_retried_late_and_the_rest_soon() {

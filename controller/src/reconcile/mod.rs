@@ -31,7 +31,7 @@ use crate::regions::clients::RegionClients;
 use crate::regions::publication::{RevisionState, encode_revision};
 use crate::telemetry::metrics::{ErrorCategory, Metrics, ReconcileRecord, WriteKind};
 use act::ActInput;
-pub use error::{ERROR_REQUEUE, HubError, INVALID_REQUEUE, ReconcileError};
+pub use error::{ERROR_REQUEUE, HubError, INVALID_REQUEUE, ReconcileError, RetryBackoff};
 pub use fence::WriteFence;
 use fetch::Fetched;
 use observe::Validated;
@@ -70,6 +70,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// The check every write passes: this replica holds the Lease now.
     pub fence: WriteFence,
+    /// Consecutive failures per rollout, for retries that back off.
+    pub backoff: RetryBackoff,
     /// The process's metrics.
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
@@ -200,12 +202,23 @@ async fn run_steps(
     prune(ctx, rollout, &fetched, &status)
         .await
         .map_err(ReconcileError::Prune)?;
+    let key = rollout_key(rollout);
     let requeue = if report.region_failures() > 0 {
-        ERROR_REQUEUE
+        ctx.backoff.failed(&key, ERROR_REQUEUE)
     } else {
+        ctx.backoff.succeeded(&key);
         decision.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
     Ok(Action::requeue(requeue.max(MIN_REQUEUE)))
+}
+
+/// The key a rollout's retry backoff is counted under.
+pub fn rollout_key(rollout: &ConfigRollout) -> String {
+    format!(
+        "{}/{}",
+        rollout.namespace().unwrap_or_default(),
+        rollout.name_any()
+    )
 }
 
 /// Checks what was fetched before any region is read: a rollout that cannot name itself
