@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
+use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -353,6 +354,82 @@ async fn drift_is_reverted_while_complete(world: &World) {
     );
 }
 
+/// A companion replica corrupted by hand in one region is reported on that region and
+/// left as it is (never overwritten blindly); the other regions still get the revision,
+/// and the stage halts at its deadline naming the region.
+async fn a_corrupted_companion_is_reported_and_the_other_regions_complete(world: &World) {
+    let rollout = |rate: &str| {
+        format!(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {{name: mended, namespace: team}}
+spec:
+  target: {{namespace: app, name: mended}}
+  data: {{rate: "{rate}"}}
+  stages:
+    - {{name: canary, regions: {{names: [region-1]}}}}
+    - {{name: prod, regions: {{names: [region-2, region-3]}}, maxParallel: 2, progressDeadline: 30s}}
+"#
+        )
+    };
+    world.create_rollout(&rollout("1")).await;
+    world.wait_condition("mended", "Complete", PROGRESS).await;
+
+    let companions: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
+    let companion = format!("mended{COMPANION_SUFFIX}");
+    let garbage = serde_json::json!({"data": {STATE_KEY: "{not a replica"}});
+    within(
+        "corrupt the companion",
+        companions.patch(&companion, &PatchParams::default(), &Patch::Merge(&garbage)),
+    )
+    .await;
+    let update = serde_json::json!({"spec": {"data": {"rate": "2"}}});
+    within(
+        "declare r2",
+        world
+            .rollouts()
+            .patch("mended", &PatchParams::default(), &Patch::Merge(&update)),
+    )
+    .await;
+
+    let halted = world.wait_phase("mended", "Halted", PROGRESS).await;
+    let message = halted
+        .status
+        .as_ref()
+        .and_then(|status| status.condition("Halted"))
+        .map(|condition| condition.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("region-2"), "{message}");
+    let reported = region_status(&halted, "region-2")
+        .and_then(|region| region.last_error.clone())
+        .unwrap_or_default();
+    assert!(
+        reported.contains("companion state does not decode"),
+        "region-2 reports its companion: {reported}"
+    );
+    for region in ["region-1", "region-3"] {
+        assert_eq!(
+            world.target_data(region, "mended").await,
+            Some(data(&[("rate", "2")])),
+            "{region} got r2"
+        );
+    }
+    let kept = within("read the companion", companions.get(&companion)).await;
+    assert_eq!(
+        kept.data
+            .and_then(|data| data.get(STATE_KEY).cloned())
+            .as_deref(),
+        Some("{not a replica"),
+        "the corrupted replica is left for a person"
+    );
+    assert_eq!(
+        world.target_data("region-2", "mended").await,
+        Some(data(&[("rate", "1")])),
+        "region-2 keeps what it had"
+    );
+}
+
 async fn a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(world: &World) {
     let bad = r#"
 apiVersion: configrollout.dev/v1alpha1
@@ -627,6 +704,7 @@ async fn controller_on_the_lab() {
     two_rollouts_on_one_target_converge(&world).await;
     a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
     drift_is_reverted_while_complete(&world).await;
+    a_corrupted_companion_is_reported_and_the_other_regions_complete(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
