@@ -50,10 +50,7 @@ impl LabelValue for ReconcileResult {
         }
     }
     fn index(self) -> usize {
-        match self {
-            ReconcileResult::Ok => 0,
-            ReconcileResult::Error => 1,
-        }
+        self as usize
     }
 }
 
@@ -79,11 +76,7 @@ impl LabelValue for WriteResult {
         }
     }
     fn index(self) -> usize {
-        match self {
-            WriteResult::Ok => 0,
-            WriteResult::Conflict => 1,
-            WriteResult::Error => 2,
-        }
+        self as usize
     }
 }
 
@@ -174,12 +167,7 @@ impl LabelValue for SampleVerdict {
         }
     }
     fn index(self) -> usize {
-        match self {
-            SampleVerdict::Successful => 0,
-            SampleVerdict::Failed => 1,
-            SampleVerdict::Inconclusive => 2,
-            SampleVerdict::Error => 3,
-        }
+        self as usize
     }
 }
 
@@ -209,16 +197,7 @@ impl LabelValue for RolloutPhase {
         }
     }
     fn index(self) -> usize {
-        match self {
-            RolloutPhase::Pending => 0,
-            RolloutPhase::Progressing => 1,
-            RolloutPhase::Paused => 2,
-            RolloutPhase::AwaitingApproval => 3,
-            RolloutPhase::Halted => 4,
-            RolloutPhase::RollingBack => 5,
-            RolloutPhase::RolledBack => 6,
-            RolloutPhase::Complete => 7,
-        }
+        self as usize
     }
 }
 
@@ -810,5 +789,21 @@ mod tests {
         let text = metrics.render();
         assert!(text.contains("configrollout_reconcile_duration_seconds_count 1\n"));
         assert!(text.contains("configrollout_status_patch_duration_seconds_count 1\n"));
+    }
+
+    fn indexes_follow_all(all: &[impl LabelValue]) {
+        for (position, label) in all.iter().enumerate() {
+            assert_eq!(label.index(), position, "{}", label.as_str());
+        }
+    }
+
+    #[test]
+    fn every_label_value_sits_at_its_index() {
+        indexes_follow_all(ReconcileResult::ALL);
+        indexes_follow_all(WriteResult::ALL);
+        indexes_follow_all(SampleVerdict::ALL);
+        indexes_follow_all(RolloutPhase::ALL);
+        indexes_follow_all(ErrorCategory::ALL);
+        indexes_follow_all(WriteKind::ALL);
     }
 }
