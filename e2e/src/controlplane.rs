@@ -16,6 +16,8 @@ use crate::LabError;
 use crate::gobuild::{CONTROLPLANE, GoPrograms};
 use crate::process::{LabProcess, STOP_GRACE, log_tail};
 
+/// How often a control plane is started again after losing a port race.
+const PORT_RACE_RETRIES: usize = 3;
 /// How long a control plane may take from start to a ready `/readyz`. Generous: four of
 /// them start at once on a two-core machine.
 const READY_DEADLINE: Duration = Duration::from_secs(240);
@@ -185,6 +187,29 @@ impl ControlPlane {
         }
     }
 
+    /// [`ControlPlane::wait_ready`], starting the process again when it died because a
+    /// port it had picked as free was taken before it could bind it (another lab process
+    /// or an outgoing connection can take it in between); the Go side then picks others.
+    pub(crate) async fn wait_ready_retrying(
+        &mut self,
+        programs: &GoPrograms,
+    ) -> Result<&ReadyInfo, LabError> {
+        for _ in 0..PORT_RACE_RETRIES {
+            match self.wait_ready().await.map(|_| ()) {
+                Err(LabError::ProcessExited { log_tail, .. })
+                    if log_tail.contains("address already in use") =>
+                {
+                    tracing::warn!(cluster = %self.name, "a port was taken before it was bound; starting again");
+                    self.process = None;
+                    self.start_process(programs)?;
+                }
+                Err(error) => return Err(error),
+                Ok(()) => break,
+            }
+        }
+        self.wait_ready().await
+    }
+
     /// Stops the process (apiserver, then etcd) and keeps the data directory.
     pub(crate) fn stop(&mut self) {
         if let Some(mut process) = self.process.take() {
@@ -205,7 +230,7 @@ impl ControlPlane {
         if self.process.is_none() {
             self.start_process(programs)?;
         }
-        self.wait_ready().await
+        self.wait_ready_retrying(programs).await
     }
 
     pub(crate) fn is_running(&self) -> bool {

@@ -211,9 +211,9 @@ impl Lab {
             &self.root.join("prometheus"),
             &targets,
         )?;
-        self.hub.wait_ready().await?;
+        self.hub.wait_ready_retrying(&self.programs).await?;
         for slot in &mut self.regions {
-            slot.plane.wait_ready().await?;
+            slot.plane.wait_ready_retrying(&self.programs).await?;
             // They need the region's kubeconfig, written once it is ready; they start
             // while the rest comes up and are awaited last.
             if let Some(controllers) = slot.controllers.as_mut() {
