@@ -195,6 +195,28 @@ impl Drop for Terminal {
     }
 }
 
+/// `kubectl configrollout <command> <rollout> --region <region> --region-kubeconfig
+/// <kubeconfig> <rest>` as the admin, as text.
+async fn in_region(
+    world: &World,
+    [command, rollout, region]: [&str; 3],
+    kubeconfig: &std::path::Path,
+    rest: &[&str],
+    deadline: Duration,
+) -> (Option<i32>, String, String) {
+    let kubeconfig = kubeconfig.to_str().expect("UTF-8 path");
+    let mut args = vec![
+        command,
+        rollout,
+        "--region",
+        region,
+        "--region-kubeconfig",
+        kubeconfig,
+    ];
+    args.extend_from_slice(rest);
+    text(&plugin(world, User::Admin, &args, deadline).await)
+}
+
 fn text(output: &Output) -> (Option<i32>, String, String) {
     (
         output.status.code(),
@@ -706,25 +728,18 @@ async fn diff_and_override(world: &World) {
         .lab
         .kubeconfig("region-2", User::Admin)
         .expect("region-2 kubeconfig");
-    let (code, stdout, stderr) = text(
-        &plugin(
-            world,
-            User::Admin,
-            &[
-                "override",
-                name,
-                "--region",
-                "region-2",
-                "--region-kubeconfig",
-                region_kubeconfig.to_str().expect("UTF-8 path"),
-                &format!("timeout_ms={EMERGENCY}"),
-                "--reason",
-                "region-2 database is slow",
-            ],
-            CALL * 3,
-        )
-        .await,
-    );
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["override", name, "region-2"],
+        &region_kubeconfig,
+        &[
+            &format!("timeout_ms={EMERGENCY}"),
+            "--reason",
+            "region-2 database is slow",
+        ],
+        CALL * 3,
+    )
+    .await;
     assert_eq!(code, Some(0), "override: {stdout}{stderr}");
     assert!(
         stdout.contains(
@@ -790,22 +805,14 @@ async fn diff_and_override(world: &World) {
         .lab
         .kubeconfig("region-1", User::Admin)
         .expect("region-1 kubeconfig");
-    let (code, stdout, stderr) = text(
-        &plugin(
-            world,
-            User::Admin,
-            &[
-                "diff",
-                name,
-                "--region",
-                "region-2",
-                "--region-kubeconfig",
-                region_kubeconfig.to_str().expect("UTF-8 path"),
-            ],
-            CALL,
-        )
-        .await,
-    );
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["diff", name, "region-2"],
+        &region_kubeconfig,
+        &[],
+        CALL,
+    )
+    .await;
     assert_eq!(code, Some(0), "diff --region: {stderr}");
     assert_eq!(
         stdout,
@@ -816,44 +823,27 @@ async fn diff_and_override(world: &World) {
 0 added, 1 changed, 0 removed (values masked; --show-values to see them)
 "
     );
-    let (code, stdout, stderr) = text(
-        &plugin(
-            world,
-            User::Admin,
-            &[
-                "diff",
-                name,
-                "--region",
-                "region-2",
-                "--region-kubeconfig",
-                region_kubeconfig.to_str().expect("UTF-8 path"),
-                "--show-values",
-            ],
-            CALL,
-        )
-        .await,
-    );
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["diff", name, "region-2"],
+        &region_kubeconfig,
+        &["--show-values"],
+        CALL,
+    )
+    .await;
     assert_eq!(code, Some(0), "diff --region --show-values: {stderr}");
     assert!(
         stdout.contains(&format!("~ timeout_ms: \"{VALUE_2}\" -> \"{EMERGENCY}\"")),
         "{stdout}"
     );
-    let (code, stdout, stderr) = text(
-        &plugin(
-            world,
-            User::Admin,
-            &[
-                "diff",
-                name,
-                "--region",
-                "region-1",
-                "--region-kubeconfig",
-                region_1_kubeconfig.to_str().expect("UTF-8 path"),
-            ],
-            CALL,
-        )
-        .await,
-    );
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["diff", name, "region-1"],
+        &region_1_kubeconfig,
+        &[],
+        CALL,
+    )
+    .await;
     assert_eq!(code, Some(0), "diff --region region-1: {stderr}");
     assert!(
         stdout.ends_with("\n0 added, 0 changed, 0 removed\n"),
@@ -882,23 +872,14 @@ async fn diff_and_override(world: &World) {
         .lab
         .kubeconfig("region-2", User::Viewer)
         .expect("region-2 viewer kubeconfig");
-    let (code, stdout, stderr) = text(
-        &plugin(
-            world,
-            User::Admin,
-            &[
-                "override",
-                name,
-                "--region",
-                "region-2",
-                "--region-kubeconfig",
-                viewer_region.to_str().expect("UTF-8 path"),
-                "timeout_ms=1",
-            ],
-            CALL * 3,
-        )
-        .await,
-    );
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["override", name, "region-2"],
+        &viewer_region,
+        &["timeout_ms=1"],
+        CALL * 3,
+    )
+    .await;
     assert_eq!(code, Some(1), "viewer override: {stdout}{stderr}");
     assert!(
         stderr.contains("writing the override in region region-2 as viewer: "),
