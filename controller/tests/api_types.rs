@@ -191,6 +191,7 @@ fn full_status_round_trips() {
             retry_at: Some(at.clone()),
             refused_retry_at: None,
         }),
+        collected_through: Some("1764687600000.0@rollout:payments/limits".into()),
         stages: vec![StageStatus {
             name: "canary".into(),
             state: StageState::Passed,

@@ -5,12 +5,15 @@
 
 use std::collections::BTreeMap;
 
+use configrollout::api::RevisionStep;
 use configrollout::crdt::codec::FORMAT_VERSION;
 use configrollout::crdt::{
     CodecError, Delta, DigestKey, Entry, Hlc, ManualClock, Replica, Stamp, WriterId,
-    collect_tombstones, compensating_delta, declare_revision, decode, decode_delta, encode,
-    encode_delta, override_delta, revision_digest, stable_point,
+    WriterProgress, collect_tombstones, collection_point, compensating_delta, declare_revision,
+    decode, decode_delta, encode, encode_delta, override_delta, revision_digest, stable_point,
+    stamp_above,
 };
+use configrollout::regions::publication::RevisionState;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -621,6 +624,237 @@ proptest! {
         if let Ok(decoded) = decode(&text) {
             let again = encode(&decoded).unwrap();
             prop_assert_eq!(decode(&again).unwrap(), decoded);
+        }
+    }
+}
+
+/// One step of the several-writers scenario: rollouts on one target, published the way
+/// the controller publishes (each revision's publication is the rollout's whole state),
+/// in any order, late and twice, beside people's overrides, with collection whenever a
+/// rollout finds itself caught up.
+#[derive(Debug, Clone)]
+enum SharedStep {
+    /// A rollout declares a revision with this desired data.
+    Declare(Index, BTreeMap<String, String>),
+    /// A region receives one of a rollout's revisions (usually the latest; an older one is
+    /// a late or repeated delivery).
+    Publish {
+        rollout: Index,
+        region: Index,
+        late: Option<Index>,
+    },
+    /// A person overrides a key in one region, from a clock `behind` ms slow.
+    Override {
+        region: Index,
+        key: u32,
+        value: Option<String>,
+        behind: u64,
+    },
+    /// A rollout that every region holds proposes its point; the other rollouts' progress
+    /// lowers it; it is recorded.
+    Complete(Index),
+    /// A rollout's next write to a region collects through its recorded point.
+    CollectIn { rollout: Index, region: Index },
+}
+
+fn shared_key() -> impl Strategy<Value = String> {
+    (0u32..6).prop_map(|k| format!("key-{k}"))
+}
+
+fn any_shared_step() -> impl Strategy<Value = SharedStep> {
+    prop_oneof![
+        2 => (any::<Index>(), prop::collection::btree_map(shared_key(), "[a-c]", 0..5))
+            .prop_map(|(rollout, desired)| SharedStep::Declare(rollout, desired)),
+        5 => (any::<Index>(), any::<Index>(), prop::option::weighted(0.3, any::<Index>()))
+            .prop_map(|(rollout, region, late)| SharedStep::Publish { rollout, region, late }),
+        1 => (any::<Index>(), 0u32..6, prop::option::of("[x-z]"), 0u64..50)
+            .prop_map(|(region, key, value, behind)| SharedStep::Override { region, key, value, behind }),
+        2 => any::<Index>().prop_map(SharedStep::Complete),
+        2 => (any::<Index>(), any::<Index>())
+            .prop_map(|(rollout, region)| SharedStep::CollectIn { rollout, region }),
+    ]
+}
+
+/// A rollout as the controller keeps it: its revisions and its recorded stable point.
+struct SharedRollout {
+    writer: WriterId,
+    revisions: Vec<RevisionState>,
+    collected_through: Option<Stamp>,
+}
+
+impl SharedRollout {
+    fn holds(&self, region: &Replica, index: usize) -> bool {
+        self.revisions[index]
+            .publication(RevisionStep::Single)
+            .iter()
+            .all(|(key, entry)| region.holds(key, entry))
+    }
+
+    /// Its progress as another writer sees it: caught up when every region holds its
+    /// latest revision, else the oldest of the newest revisions each region holds.
+    fn progress(&self, regions: &[Replica]) -> WriterProgress {
+        let Some(latest) = self.revisions.len().checked_sub(1) else {
+            return WriterProgress::CaughtUp;
+        };
+        if regions.iter().all(|region| self.holds(region, latest)) {
+            return WriterProgress::CaughtUp;
+        }
+        let held = regions
+            .iter()
+            .map(|region| {
+                (0..self.revisions.len())
+                    .rev()
+                    .find(|&index| self.holds(region, index))
+                    .map(|index| self.revisions[index].stamp.clone())
+            })
+            .collect::<Option<Vec<Stamp>>>()
+            .and_then(|stamps| stamps.into_iter().min());
+        WriterProgress::Behind { held }
+    }
+}
+
+fn live_owned(replica: &Replica) -> BTreeMap<String, String> {
+    replica
+        .live_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+proptest! {
+    /// Several rollouts and people write one target. Whatever the delivery order, late and
+    /// repeated deliveries and when collection happens, collecting is invisible: every
+    /// region always shows the live state of the writes it was sent, as a replica that
+    /// never collected would, and once everything is delivered every region shows the
+    /// last-writer-wins state of every write ever made. With no override, every tombstone
+    /// is gone at the end.
+    #[test]
+    fn collection_with_several_writers_is_invisible(
+        rollouts in 2usize..4,
+        regions in 2usize..4,
+        steps in prop::collection::vec(any_shared_step(), 0..80),
+    ) {
+        let clock = ManualClock::new(1_000);
+        let mut hlc = Hlc::with_clock(rollout_writer(), 60_000, clock.clone());
+        let mut writers: Vec<SharedRollout> = (0..rollouts)
+            .map(|index| SharedRollout {
+                writer: WriterId::rollout("team", &format!("r{index}")).unwrap(),
+                revisions: Vec::new(),
+                collected_through: None,
+            })
+            .collect();
+        let mut replicas = vec![Replica::new(); regions];
+        // What each region would hold had nothing ever been collected.
+        let mut uncollected = vec![Replica::new(); regions];
+        // Every write ever made: all rollouts' own writes, and each region's overrides.
+        let mut every_rollout_write = Replica::new();
+        let mut overrides = vec![Replica::new(); regions];
+        let mut any_override = false;
+
+        for step in &steps {
+            clock.advance(3);
+            match step {
+                SharedStep::Declare(rollout, desired) => {
+                    let rollout = &mut writers[rollout.index(rollouts)];
+                    let stamp = hlc.now();
+                    let stamp = Stamp::new(stamp.wall_ms, stamp.logical, rollout.writer.clone());
+                    let mut previous = rollout.revisions.last().cloned();
+                    if let (Some(previous), Some(through)) = (&mut previous, &rollout.collected_through) {
+                        previous.collect_tombstones(through);
+                    }
+                    let name = format!("r{}", rollout.revisions.len() + 1);
+                    let revision = RevisionState::declare(&name, previous.as_ref(), desired, stamp);
+                    every_rollout_write.apply(&revision.own_delta());
+                    rollout.revisions.push(revision);
+                }
+                SharedStep::Publish { rollout, region, late } => {
+                    let rollout = &writers[rollout.index(rollouts)];
+                    let Some(latest) = rollout.revisions.len().checked_sub(1) else { continue };
+                    let index = late.map_or(latest, |late| late.index(latest + 1));
+                    let publication = rollout.revisions[index].publication(RevisionStep::Single);
+                    let region = region.index(regions);
+                    replicas[region].apply(&publication);
+                    if let Some(through) = &rollout.collected_through {
+                        collect_tombstones(&mut replicas[region], through);
+                    }
+                    uncollected[region].apply(&publication);
+                }
+                SharedStep::Override { region, key, value, behind } => {
+                    let region = region.index(regions);
+                    let wall = hlc.now().wall_ms.saturating_sub(*behind);
+                    let stamp = stamp_above(&replicas[region], wall, writer(2));
+                    let key = format!("key-{key}");
+                    let delta = override_delta(stamp, [(key, value.clone())]).unwrap();
+                    replicas[region].apply(&delta);
+                    uncollected[region].apply(&delta);
+                    overrides[region].apply(&delta);
+                    any_override = true;
+                }
+                SharedStep::Complete(rollout) => {
+                    let index = rollout.index(rollouts);
+                    let Some(latest) = writers[index].revisions.len().checked_sub(1) else { continue };
+                    if !replicas.iter().all(|region| writers[index].holds(region, latest)) {
+                        continue;
+                    }
+                    let others: Vec<WriterProgress> = writers
+                        .iter()
+                        .enumerate()
+                        .filter(|(other, _)| *other != index)
+                        .map(|(_, other)| other.progress(&replicas))
+                        .collect();
+                    let own = writers[index].revisions[latest].stamp.clone();
+                    if let Some(point) = collection_point(&own, &others) {
+                        let recorded = &mut writers[index].collected_through;
+                        if recorded.as_ref().is_none_or(|recorded| *recorded < point) {
+                            *recorded = Some(point);
+                        }
+                    }
+                }
+                SharedStep::CollectIn { rollout, region } => {
+                    if let Some(through) = &writers[rollout.index(rollouts)].collected_through {
+                        collect_tombstones(&mut replicas[region.index(regions)], through);
+                    }
+                }
+            }
+            for (region, replica) in replicas.iter().enumerate() {
+                prop_assert_eq!(replica.live(), uncollected[region].live(), "region {}", region);
+            }
+        }
+
+        // Deliver every rollout's latest revision everywhere, twice, then let each find
+        // itself caught up and collect.
+        for _ in 0..2 {
+            for rollout in &writers {
+                let Some(latest) = rollout.revisions.last() else { continue };
+                for region in &mut replicas {
+                    region.apply(&latest.publication(RevisionStep::Single));
+                    if let Some(through) = &rollout.collected_through {
+                        collect_tombstones(region, through);
+                    }
+                }
+            }
+        }
+        for index in 0..rollouts {
+            let Some(latest) = writers[index].revisions.last() else { continue };
+            let others: Vec<WriterProgress> = writers
+                .iter()
+                .enumerate()
+                .filter(|(other, _)| *other != index)
+                .map(|(_, other)| other.progress(&replicas))
+                .collect();
+            prop_assert!(others.iter().all(|other| *other == WriterProgress::CaughtUp));
+            let point = collection_point(&latest.stamp, &others);
+            prop_assert_eq!(point.as_ref(), Some(&latest.stamp));
+            for region in &mut replicas {
+                collect_tombstones(region, &latest.stamp);
+            }
+        }
+        for (region, replica) in replicas.iter().enumerate() {
+            let mut expected = every_rollout_write.clone();
+            expected.merge(&overrides[region]);
+            prop_assert_eq!(live_owned(replica), live_owned(&expected), "region {}", region);
+            if !any_override {
+                prop_assert_eq!(replica.tombstones(), 0, "region {}", region);
+            }
         }
     }
 }

@@ -1023,6 +1023,47 @@ fn out_of_band_edits_are_reported_by_key_name() {
     assert!(!world.condition_true(conditions::DRIFTED));
 }
 
+/// A region of a Complete rollout that lost the revision (its companion restored from a
+/// backup taken before it) gets the revision again, once, under every drift policy; the
+/// rollout stays Complete.
+#[test]
+fn a_region_that_lost_the_revision_while_complete_gets_it_again_once() {
+    for policy in ["Revert", "Adopt", "Report"] {
+        let mut value = three_stages();
+        value["driftPolicy"] = json!(policy);
+        let mut world = World::new(spec(value), &ALL);
+        world.run(10, 10);
+        assert_eq!(world.status.phase, Some(RolloutPhase::Complete), "{policy}");
+        let held = world.region("w2").applied.clone();
+        assert!(held.is_some(), "{policy}");
+        let published = world.publishes().len();
+
+        world.region("w2").applied = None;
+        world.run(3, 60);
+        let again: Vec<_> = world.publishes()[published..].to_vec();
+        assert_eq!(
+            again.len(),
+            1,
+            "{policy}: one republish, not one per reconcile"
+        );
+        assert_eq!(again[0].0, "w2", "{policy}");
+        assert_eq!(world.region("w2").applied, held, "{policy}");
+        assert_eq!(world.status.phase, Some(RolloutPhase::Complete), "{policy}");
+        let w2 = world
+            .status
+            .regions
+            .iter()
+            .find(|region| region.name == "w2")
+            .expect("w2 in status");
+        assert!(w2.materialized.is_some(), "{policy}: the mark is back");
+
+        // Nothing lost: nothing published.
+        let published = world.publishes().len();
+        world.run(3, 60);
+        assert_eq!(world.publishes().len(), published, "{policy}");
+    }
+}
+
 #[test]
 fn drift_is_reverted_or_adopted_while_complete_and_only_reported_under_report() {
     for (policy, acts) in [("Revert", true), ("Adopt", true), ("Report", false)] {

@@ -8,7 +8,8 @@
 //!  "writers":["override:alice","rollout:payments/api"],   sorted, unique
 //!  "frontiers":[[wall_ms,logical],...],                   one per writer (replica only)
 //!  "stamps":[[wall_ms,logical,writer_index],...],          sorted, unique, each used
-//!  "entries":[["key","value"|null,stamp_index],...]}       sorted by key (byte order)
+//!  "entries":[["key","value"|null,stamp_index],...],      sorted by key (byte order)
+//!  "horizon":"<wall_ms>.<logical>@<writer>"}               replica only, once collected
 //! ```
 //!
 //! Writers and stamps are tables because the entries of one revision share one stamp:
@@ -61,6 +62,7 @@ pub fn encode(replica: &Replica) -> Result<String, CodecError> {
             .collect(),
         stamps: tables.stamps(),
         entries: tables.entries(replica.iter()),
+        horizon: replica.horizon().map(Cow::Borrowed),
     }))
 }
 
@@ -106,7 +108,11 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
         }
     }
     let entries = decode_entries(&wire.entries, &stamps)?;
-    Ok(Replica::from_validated_parts(entries, frontiers))
+    Ok(Replica::from_validated_parts(
+        entries,
+        frontiers,
+        wire.horizon.map(Cow::into_owned),
+    ))
 }
 
 /// Decodes a delta, validating everything [`encode_delta`] guarantees.
@@ -234,6 +240,9 @@ struct WireReplica<'a> {
     stamps: Vec<(u64, u32, usize)>,
     #[serde(borrow)]
     entries: Vec<WireEntry<'a>>,
+    /// Absent until tombstones are first collected, so older documents read unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    horizon: Option<Cow<'a, Stamp>>,
 }
 
 /// The document of a delta: a replica's without frontiers.
@@ -445,6 +454,22 @@ mod tests {
         assert_eq!(decode(&text).unwrap(), sample());
         let spaced = text.replace(',', " ,\n ");
         assert_eq!(decode(&spaced).unwrap(), sample());
+    }
+
+    #[test]
+    fn a_collected_replica_keeps_its_horizon_and_an_older_document_reads_without_one() {
+        let mut replica = sample();
+        let before = encode(&replica).unwrap();
+        assert!(!before.contains("horizon"));
+        assert_eq!(decode(&before).unwrap().horizon(), None);
+        let through = stamp(11, "rollout:ns/app");
+        crate::crdt::collect_tombstones(&mut replica, &through);
+        let text = encode(&replica).unwrap();
+        assert!(
+            text.ends_with(r#","horizon":"11.0@rollout:ns/app"}"#),
+            "{text}"
+        );
+        assert_eq!(decode(&text).unwrap(), replica);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! # When a tombstone may go
 //!
 //! The caller passes one frontier per region: a stamp such that the region has merged
-//! every write stamped at or below it (a causal cut). [`stable_point`] is their minimum,
+//! every write, of every writer of the target, stamped at or below it (a causal cut). [`stable_point`] is their minimum,
 //! and [`collect_tombstones`] drops tombstones stamped at or below it.
 //!
 //! Why a later merge cannot resurrect a collected key `k` whose tombstone has stamp `t`:
@@ -18,18 +18,33 @@
 //! frontier below `t`, the minimum would have been below `t`, and the tombstone would have
 //! stayed. Likewise a region whose frontier is unknown makes the stable point unknown.
 //!
-//! # Where the frontiers come from
+//! # Where the stable point comes from: every writer of the target
 //!
-//! [`Replica::frontier_of`](super::Replica::frontier_of) for the rollout's writer is such
-//! a cut when the rollout's deltas reach the region in stamp order without gaps, which is
-//! how the engine publishes: a region that missed a superseded revision is sent the
-//! combined delta ([`Delta::merge`](super::Delta::merge)) of every revision it has not
-//! merged, never a later revision alone. Full-state merges between replicas keep the
-//! property (the union of two prefixes is a prefix). Overrides are local to one region
-//! and are not sent elsewhere, so they do not enter the other regions' frontiers.
+//! A region's own frontier for one rollout is not such a cut when another writer writes
+//! the same target (a second rollout sharing the ConfigMap): rollout B removes `k` at `t`
+//! and reaches every region, while rollout A's older `k=v`, stamped before `t`, is still
+//! on its way to region-1. Collecting at B's point drops the tombstone everywhere, then
+//! A's write reaches region-1 and `k` is back there, and nowhere else, for good.
 //!
-//! Every replica that may ever be merged again must be among the frontiers: a restored
-//! backup of a companion ConfigMap is a replica with an old frontier.
+//! So the controller collects at [`collection_point`]: the stamp of the collecting
+//! rollout's latest revision, which every region it targets holds in full, lowered to
+//! what every *other* rollout writing the same target has delivered everywhere
+//! ([`WriterProgress`]). A revision's publication is the rollout's cumulative state, so a
+//! region holding revision `r` holds (or has outlived) every write of that rollout stamped
+//! at or below `r`'s stamp. Writes not yet declared are stamped later by the controller's
+//! clock, after every stamp it has issued or observed, so they are above the point.
+//! Overrides and adopted edits are written straight into their region's replica (never on
+//! the way), stamped above what the replica holds, its horizon included (see
+//! [`stamp_above`]).
+//!
+//! # What the horizon does
+//!
+//! [`collect_tombstones`] also raises the replica's horizon
+//! ([`Replica::horizon`](super::Replica::horizon)). A delayed or repeated delivery of a
+//! write at or below it, for a key the replica no longer holds, is one the replica merged
+//! and outlived, and is ignored. A replica restored from a backup has an older horizon:
+//! the controller rebases it against the rollout's state before merging (see
+//! `regions::materialize`).
 
 use super::{Replica, Stamp};
 
@@ -46,10 +61,58 @@ pub fn stable_point(frontiers: &[Option<Stamp>]) -> Option<Stamp> {
     minimum.cloned()
 }
 
-/// Drops every tombstone stamped at or below `stable` and returns how many were dropped.
-/// Live entries and the replica's frontiers are kept.
+/// Drops every tombstone stamped at or below `stable`, raises the replica's horizon to it,
+/// and returns how many were dropped. Live entries and the replica's frontiers are kept.
 pub fn collect_tombstones(replica: &mut Replica, stable: &Stamp) -> usize {
-    replica.retain_entries(|entry| !(entry.is_tombstone() && entry.stamp <= *stable))
+    replica.collect_through(stable)
+}
+
+/// How far another writer of the same target has got, as the collecting rollout reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterProgress {
+    /// Every region it targets holds its latest revision: whatever it writes next is
+    /// stamped after every stamp issued so far.
+    CaughtUp,
+    /// Some of its writes are still on the way. Every region it targets holds all of its
+    /// writes stamped at or below `held`; `None` when that is not known for some region.
+    Behind {
+        /// The newest stamp every region it targets has merged all of its writes up to.
+        held: Option<Stamp>,
+    },
+}
+
+/// The point the tombstones of a target may be collected through, for the rollout whose
+/// latest revision `own_latest` every region it targets holds in full: that stamp,
+/// lowered to what every other writer of the target has delivered. `None` while some
+/// writer's progress is unknown.
+pub fn collection_point(own_latest: &Stamp, others: &[WriterProgress]) -> Option<Stamp> {
+    let mut point = own_latest;
+    for other in others {
+        match other {
+            WriterProgress::CaughtUp => {}
+            WriterProgress::Behind { held: None } => return None,
+            WriterProgress::Behind { held: Some(held) } => point = point.min(held),
+        }
+    }
+    Some(point.clone())
+}
+
+/// A stamp for `writer` no earlier than `wall_ms` and after everything `replica` holds
+/// (every frontier and its horizon). A write straight into a replica (an override, from a
+/// person's clock) must not land at or below the horizon, where it would be taken for a
+/// write the replica had already outlived.
+pub fn stamp_above(replica: &Replica, wall_ms: u64, writer: super::WriterId) -> Stamp {
+    let floor = replica
+        .frontier()
+        .into_iter()
+        .chain(replica.horizon())
+        .max();
+    match floor {
+        Some(floor) if floor.wall_ms >= wall_ms => {
+            Stamp::new(floor.wall_ms, floor.logical.saturating_add(1), writer)
+        }
+        _ => Stamp::new(wall_ms, 0, writer),
+    }
 }
 
 #[cfg(test)]
@@ -109,5 +172,94 @@ mod tests {
         assert_eq!(collect_tombstones(&mut ahead, &stable), 0);
         ahead.merge(&lagging);
         assert!(ahead.live().is_empty());
+    }
+
+    fn writer_stamp(wall_ms: u64, writer: &str) -> Stamp {
+        Stamp::new(wall_ms, 0, WriterId::parse(writer).unwrap())
+    }
+
+    /// The case: two rollouts on one target. B removes `k` at 20 and reaches both
+    /// regions; A's `k=v`, stamped 10, has not reached region-1 yet.
+    #[test]
+    fn another_writers_late_write_keeps_the_tombstone_until_it_has_landed() {
+        let a_set: Delta = [(
+            "k",
+            crate::crdt::Entry::live("v", writer_stamp(10, "rollout:team/a")),
+        )]
+        .into_iter()
+        .collect();
+        let b_remove: Delta = [(
+            "k",
+            crate::crdt::Entry::tombstone(writer_stamp(20, "rollout:team/b")),
+        )]
+        .into_iter()
+        .collect();
+        let mut region_0 = Replica::new();
+        region_0.apply(&a_set);
+        region_0.apply(&b_remove);
+        let mut region_1 = Replica::new();
+        region_1.apply(&b_remove);
+
+        // Region-1 holds nothing of A: its progress is unknown, nothing is collected.
+        let a = WriterProgress::Behind { held: None };
+        let b_latest = writer_stamp(20, "rollout:team/b");
+        assert_eq!(collection_point(&b_latest, std::slice::from_ref(&a)), None);
+
+        // Had B collected at its own point, region-1's horizon would pass A's write
+        // before it lands, and A's other key, set in the same revision, would be taken
+        // for a write region-1 had outlived: lost there, for good.
+        let mut a_both = a_set.clone();
+        a_both.set("j", "w", writer_stamp(10, "rollout:team/a"));
+        let mut naive = region_1.clone();
+        collect_tombstones(&mut naive, &b_latest);
+        naive.apply(&a_both);
+        assert_eq!(naive.live().get("j"), None, "the loss this prevents");
+
+        // Once A has landed everywhere (held through 10), the point is 10: B's tombstone
+        // at 20 stays until A passes it.
+        let a = WriterProgress::Behind {
+            held: Some(writer_stamp(10, "rollout:team/a")),
+        };
+        let point = collection_point(&b_latest, &[a]).unwrap();
+        region_1.apply(&a_set);
+        for region in [&mut region_0, &mut region_1] {
+            assert_eq!(collect_tombstones(region, &point), 0);
+            region.apply(&a_set);
+            assert!(region.live().is_empty());
+        }
+        // A caught up: B's point stands, the tombstone goes, and A's write delivered again
+        // is taken for what it is, a write the region has outlived.
+        let point = collection_point(&b_latest, &[WriterProgress::CaughtUp]).unwrap();
+        for region in [&mut region_0, &mut region_1] {
+            assert_eq!(collect_tombstones(region, &point), 1);
+            assert_eq!(region.horizon(), Some(&b_latest));
+            region.apply(&a_set);
+            assert!(region.live().is_empty());
+            assert!(region.holds("k", a_set.get("k").unwrap()));
+        }
+    }
+
+    #[test]
+    fn a_person_s_write_is_stamped_above_everything_the_replica_holds() {
+        let alice = WriterId::override_by("alice").unwrap();
+        let mut replica = Replica::new();
+        assert_eq!(
+            stamp_above(&replica, 7, alice.clone()),
+            Stamp::new(7, 0, alice.clone())
+        );
+        replica.apply(
+            &[("k", crate::crdt::Entry::live("v", stamp(50)))]
+                .into_iter()
+                .collect(),
+        );
+        // A clock behind the replica still wins.
+        assert!(stamp_above(&replica, 7, alice.clone()) > stamp(50));
+        collect_tombstones(&mut replica, &stamp(90));
+        let behind = stamp_above(&replica, 7, alice.clone());
+        assert!(behind > stamp(90), "{behind}");
+        assert_eq!(
+            stamp_above(&replica, 1_000, alice.clone()),
+            Stamp::new(1_000, 0, alice)
+        );
     }
 }

@@ -244,7 +244,14 @@ impl<K: Into<Arc<str>>> FromIterator<(K, Entry)> for Delta {
 }
 
 /// One region's state of a configuration: every key with its winning entry (tombstones
-/// included), and the per-writer frontier of what it has merged.
+/// included), the per-writer frontier of what it has merged, and the horizon its
+/// tombstones were collected through.
+///
+/// The horizon is a stable point (see [`super::compaction`]): every write stamped at or
+/// below it had been merged when the tombstones at or below it were dropped. An incoming
+/// entry at or below the horizon for a key the replica does not hold is therefore one it
+/// has merged and outlived (its tombstone was collected), and it is ignored rather than
+/// resurrecting the key.
 ///
 /// The entries are one vector sorted by key, the order the codec reads and writes them
 /// in: decoding a companion builds it without sorting, encoding walks it. A key is found
@@ -256,6 +263,7 @@ pub struct Replica {
     /// Sorted by key, keys unique.
     entries: Vec<(Arc<str>, Entry)>,
     frontiers: BTreeMap<WriterId, Stamp>,
+    horizon: Option<Stamp>,
 }
 
 impl Replica {
@@ -318,6 +326,28 @@ impl Replica {
         &self.frontiers
     }
 
+    /// The stable point tombstones were collected through, if they ever were.
+    pub fn horizon(&self) -> Option<&Stamp> {
+        self.horizon.as_ref()
+    }
+
+    /// Whether `entry` for `key` is held here or was outlived, so that applying it would
+    /// change nothing: the replica holds an entry for the key that wins or ties, or none
+    /// at all while the entry is at or below the horizon (merged, then outlived by a
+    /// tombstone that was collected).
+    pub fn holds(&self, key: &str, entry: &Entry) -> bool {
+        match self.get(key) {
+            Some(held) => held.precedence(entry).is_ge(),
+            None => self.is_below_horizon(&entry.stamp),
+        }
+    }
+
+    fn is_below_horizon(&self, stamp: &Stamp) -> bool {
+        self.horizon
+            .as_ref()
+            .is_some_and(|horizon| stamp <= horizon)
+    }
+
     /// Applies a delta: O(d log n) for a delta of d keys into n when the delta only
     /// changes existing keys, plus one pass over the entries when it adds keys. Applying
     /// the same delta again changes nothing (every entry comes back `unchanged` or
@@ -332,18 +362,46 @@ impl Replica {
     /// Joins another replica's full state into this one, frontiers included. The
     /// controller never calls this (a region only ever receives deltas); it is the
     /// full-state join the convergence and compaction properties are stated with, and
-    /// costs what applying `other`'s entries as one delta costs.
+    /// costs what applying `other`'s entries as one delta costs. The higher horizon wins,
+    /// and tombstones at or below it are dropped.
     pub fn merge(&mut self, other: &Replica) -> MergeOutcome {
         for (writer, stamp) in &other.frontiers {
             self.advance_frontier(writer, stamp);
         }
-        self.join(other.entries.iter())
+        let outcome = self.join(other.entries.iter());
+        if let Some(horizon) = &other.horizon {
+            self.collect_through(horizon);
+        }
+        outcome
+    }
+
+    /// Raises the horizon to `stable` (never lowers it) and drops every tombstone at or
+    /// below the horizon; returns how many were dropped. Live entries and frontiers are
+    /// kept. `stable` must be a stable point: see [`super::compaction`].
+    pub(super) fn collect_through(&mut self, stable: &Stamp) -> usize {
+        if !self.is_below_horizon(stable) {
+            self.horizon = Some(stable.clone());
+        }
+        let Some(horizon) = self.horizon.clone() else {
+            return 0;
+        };
+        self.retain_entries(|_, entry| !(entry.is_tombstone() && entry.stamp <= horizon))
+    }
+
+    /// Drops the entries of `keys` (a rebase: see `regions::materialize`); frontiers and
+    /// the horizon are kept.
+    pub fn remove_keys(&mut self, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        let gone: std::collections::BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        self.retain_entries(|key, _| !gone.contains(key));
     }
 
     /// Keeps the entries for which `keep` holds; frontiers are not lowered.
-    pub(super) fn retain_entries(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> usize {
+    pub(super) fn retain_entries(&mut self, mut keep: impl FnMut(&str, &Entry) -> bool) -> usize {
         let before = self.len();
-        self.entries.retain(|(_, entry)| keep(entry));
+        self.entries.retain(|(key, entry)| keep(key, entry));
         before - self.len()
     }
 
@@ -352,8 +410,13 @@ impl Replica {
     pub(super) fn from_validated_parts(
         entries: Vec<(Arc<str>, Entry)>,
         frontiers: BTreeMap<WriterId, Stamp>,
+        horizon: Option<Stamp>,
     ) -> Self {
-        Self { entries, frontiers }
+        Self {
+            entries,
+            frontiers,
+            horizon,
+        }
     }
 
     fn position(&self, key: &str) -> Result<usize, usize> {
@@ -386,6 +449,8 @@ impl Replica {
                         local.clone_from(entry);
                     }
                 }
+                // Merged before and outlived: its tombstone was collected.
+                Err(_) if self.is_below_horizon(&entry.stamp) => outcome.lost += 1,
                 Err(at) => {
                     outcome.won += 1;
                     added.push((at, (Arc::clone(key), entry.clone())));

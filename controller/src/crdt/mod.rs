@@ -25,7 +25,9 @@ mod stamp;
 mod writer;
 
 pub use codec::{decode, decode_delta, encode, encode_delta};
-pub use compaction::{collect_tombstones, stable_point};
+pub use compaction::{
+    WriterProgress, collect_tombstones, collection_point, stable_point, stamp_above,
+};
 pub use digest::{DigestKey, desired_digest, revision_digest};
 pub use hlc::{Hlc, ManualClock, PhysicalClock, SystemClock};
 pub use lww::{Delta, Entry, MergeOutcome, Replica};

@@ -133,17 +133,22 @@ pub(super) fn work_of<'p>(
         }
         // Drift acted on while Complete: under Revert or Adopt, a region whose target
         // was edited out of band gets the revision's last pass again, which puts the
-        // declared values back (Revert) or keeps the edit as an override (Adopt). Keyed on
-        // the drift the status records, so it is sent once per drift seen, and again
-        // when the region turns reachable.
-        Some(RolloutPhase::Complete) if spec.drift_policy != DriftPolicy::Report => {
+        // declared values back (Revert) or keeps the edit as an override (Adopt). Under
+        // any policy, a region that lost the revision (its mark cleared by `regions`: a
+        // companion restored from a backup) gets it again. Keyed on the drift and marks
+        // the status records, so it is sent once per drift or loss seen, and again when
+        // the region turns reachable.
+        Some(RolloutPhase::Complete) => {
             let pass = status.step.unwrap_or(RevisionStep::Single);
+            let acts_on_drift = spec.drift_policy != DriftPolicy::Report;
             for (index, regions) in plan.stages.iter().enumerate() {
                 for (position, name) in regions.iter().enumerate() {
-                    let drifted = find_region(status, name).is_some_and(|region| {
-                        region.reachable == Some(true) && !region.drifted_keys.is_empty()
+                    let republish = find_region(status, name).is_some_and(|region| {
+                        region.reachable == Some(true)
+                            && ((acts_on_drift && !region.drifted_keys.is_empty())
+                                || !mark_is(region.materialized.as_ref(), revision, pass))
                     });
-                    if drifted {
+                    if republish {
                         work.push(Work::Publish {
                             stage: index,
                             position,

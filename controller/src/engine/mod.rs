@@ -26,6 +26,7 @@
 mod actions;
 mod approvals;
 mod clock;
+pub mod collection;
 mod conditions;
 mod control;
 mod dispatch;

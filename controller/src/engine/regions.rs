@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 
-use crate::api::{ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, RevisionStep};
+use crate::api::{
+    ConsumerCounts, Delivery, LifecycleMark, RegionRolloutStatus, RevisionStep, RolloutPhase,
+};
 
 use super::clock::to_time;
 use super::observations::RegionObservation;
@@ -74,6 +76,7 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
         Vec::with_capacity(draft.plan.region_count())
     };
     let mut restart_in = Vec::new();
+    let complete = draft.status.phase == Some(RolloutPhase::Complete);
 
     for (position, (stage_index, name)) in draft.plan.all_regions().enumerate() {
         if !aligned {
@@ -123,6 +126,19 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
             if has_consumers && restarts {
                 restart_in.push(name.to_owned());
             }
+        } else if complete
+            && seen.reachable
+            && seen.last_error.is_none()
+            && mark_is(region.materialized.as_ref(), &revision, pass)
+            && !seen
+                .applied
+                .as_ref()
+                .is_some_and(|applied| applied.revision == revision && applied.step == pass)
+        {
+            // A Complete rollout's region that no longer holds the revision (a companion
+            // restored from a backup, or deleted by hand) loses its mark, so the revision
+            // is published there again (see `dispatch`).
+            region.materialized = None;
         } else if has_consumers
             && restarts
             && mark_is(region.materialized.as_ref(), &revision, pass)

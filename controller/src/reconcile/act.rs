@@ -12,6 +12,7 @@ use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
 use crate::engine::{ActOutcome, Action, EventType, FailedRegion, Grant};
+use crate::regions::materialize::Compaction;
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, TargetObject};
 use crate::regions::{RegionError, consumers};
@@ -59,6 +60,7 @@ pub async fn act(
     let namespace = rollout.namespace().unwrap_or_default();
     let store = RevisionStore::new(ctx.hub.clone(), &namespace);
     let mut report = ActReport::default();
+    let collected_through = collected_through(rollout);
     for action in actions {
         match action {
             Action::DeclareRevision { name, stamp, .. } => {
@@ -67,8 +69,12 @@ pub async fn act(
                 }
                 let stamp = parse_stamp(stamp)?;
                 let number = revision_number(name);
-                let previous = latest_before(input.revisions, number);
-                let revision = RevisionState::declare(name, previous, input.desired, stamp);
+                let mut previous = latest_before(input.revisions, number).cloned();
+                if let (Some(previous), Some(through)) = (&mut previous, &collected_through) {
+                    previous.collect_tombstones(through);
+                }
+                let revision =
+                    RevisionState::declare(name, previous.as_ref(), input.desired, stamp);
                 store.save(rollout, &revision, number).await?;
                 input.revisions.insert(name.clone(), revision);
             }
@@ -83,8 +89,14 @@ pub async fn act(
                     });
                 };
                 let publication = state.publication(*step);
-                let result =
-                    merge(ctx, &input, region, revision, |_| Ok(publication.clone())).await;
+                let compaction = Compaction {
+                    through: collected_through.as_ref(),
+                    rebase: Some(input.writer),
+                };
+                let result = merge(ctx, &input, region, revision, compaction, |_| {
+                    Ok(publication.clone())
+                })
+                .await;
                 record(&mut report, region, revision, "publish", result);
             }
             Action::Rollback { region, revision } => {
@@ -95,7 +107,11 @@ pub async fn act(
                 };
                 let fresh = ctx.fresh_stamp(input.writer);
                 let label = format!("{revision}-rollback");
-                let result = merge(ctx, &input, region, &label, |replica| {
+                let compaction = Compaction {
+                    through: collected_through.as_ref(),
+                    rebase: None,
+                };
+                let result = merge(ctx, &input, region, &label, compaction, |replica| {
                     state.rollback(replica, fresh.clone()).map_err(|source| {
                         RegionError::Compensation {
                             reason: source.to_string(),
@@ -191,6 +207,7 @@ async fn merge(
     input: &ActInput<'_>,
     region_name: &str,
     revision: &str,
+    compaction: Compaction<'_>,
     delta_for: impl Fn(&crate::crdt::Replica) -> Result<crate::crdt::Delta, RegionError>,
 ) -> Result<store::Materialized, RegionError> {
     let client = region_client(ctx, input, region_name).await?;
@@ -206,6 +223,7 @@ async fn merge(
         revision: Some(revision),
         adopt: input.rollout.spec.target.adopt && input.grant.adoption,
         may_write: &|| ctx.fence.permits(WriteKind::RegionObject),
+        compaction,
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {
@@ -288,6 +306,19 @@ pub fn revision_number(name: &str) -> i64 {
     name.strip_prefix('r')
         .and_then(|number| number.parse().ok())
         .unwrap_or(0)
+}
+
+/// The target's stable point recorded in status. Only the controller writes status; a
+/// value that does not parse collects nothing.
+fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
+    let text = rollout.status.as_ref()?.collected_through.as_deref()?;
+    match text.parse() {
+        Ok(stamp) => Some(stamp),
+        Err(error) => {
+            tracing::warn!(%error, "status.collectedThrough does not parse; nothing collected");
+            None
+        }
+    }
 }
 
 fn parse_stamp(text: &str) -> Result<Stamp, HubError> {

@@ -4,6 +4,7 @@
 
 pub mod act;
 pub mod admission_policies;
+mod collect;
 mod error;
 pub mod fence;
 pub mod fetch;
@@ -189,7 +190,8 @@ async fn run_steps(
     record.region_writes = report.region_writes;
     record.region_write_failures = report.region_failures();
 
-    let status = engine::settle(decision.status, &report.outcome);
+    let mut status = engine::settle(decision.status, &report.outcome);
+    collect::collect(ctx, rollout, &observations, &mut status).await;
     let written = status_writer::write_status(ctx, rollout, &status, record)
         .await
         .map_err(ReconcileError::WriteStatus)?;

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::DriftPolicy;
-use crate::crdt::{self, Delta, DigestKey, Entry, MergeOutcome, Replica, Stamp};
+use crate::crdt::{self, Delta, DigestKey, Entry, MergeOutcome, Replica, Stamp, WriterId};
 
 use super::RegionError;
 
@@ -81,6 +81,23 @@ pub struct MergeRequest<'a> {
     pub drift_policy: &'a DriftPolicy,
     /// Stamp of an `override:` writer for adopted edits; required by `Adopt`.
     pub adopt_stamp: Option<&'a Stamp>,
+    /// Which tombstones to collect, and against what to rebase a replica that missed the
+    /// collection.
+    pub compaction: Compaction<'a>,
+}
+
+/// Tombstone collection on a write (see [`crate::crdt::compaction`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Compaction<'a> {
+    /// The stable point of the target: tombstones at or below it are dropped and the
+    /// replica's horizon is raised to it.
+    pub through: Option<&'a Stamp>,
+    /// Set when the delta is the whole state of this rollout writer (a revision's
+    /// publication). A replica whose horizon is below `through` missed the collection (a
+    /// companion restored from a backup, say): it may hold this writer's entries that a
+    /// collected tombstone had outlived everywhere else. Those entries, at or below
+    /// `through` and absent from the state, are dropped, so a deleted key stays deleted.
+    pub rebase: Option<&'a WriterId>,
 }
 
 /// What to write.
@@ -164,6 +181,12 @@ pub fn plan(
             .collect();
         replica.apply(&adopted);
     }
+    let rebased = match (request.compaction.rebase, request.compaction.through) {
+        (Some(writer), Some(through)) if replica.horizon().is_none_or(|h| h < through) => {
+            rebase(&mut replica, writer, through, request.delta)
+        }
+        _ => Vec::new(),
+    };
     let outcome = replica.apply(request.delta);
 
     let keep_region_value = |key: &str| {
@@ -184,6 +207,14 @@ pub fn plan(
                 target_data.remove(key);
             }
         }
+    }
+
+    for key in &rebased {
+        target_data.remove(key);
+    }
+    // After the target's data is worked out from the tombstones, which say which keys go.
+    if let Some(through) = request.compaction.through {
+        crdt::collect_tombstones(&mut replica, through);
     }
 
     let encoded_state = crdt::encode(&replica).map_err(|source| RegionError::StateTooLarge {
@@ -218,6 +249,20 @@ pub fn plan(
     })
 }
 
+/// Drops `writer`'s entries at or below `through` that `state` (the writer's whole state)
+/// does not hold, and returns the keys dropped.
+fn rebase(replica: &mut Replica, writer: &WriterId, through: &Stamp, state: &Delta) -> Vec<String> {
+    let outlived: Vec<String> = replica
+        .iter()
+        .filter(|(key, entry)| {
+            entry.stamp.writer == *writer && entry.stamp <= *through && state.get(key).is_none()
+        })
+        .map(|(key, _)| key.to_owned())
+        .collect();
+    replica.remove_keys(&outlived);
+    outlived
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +295,7 @@ mod tests {
             delta,
             drift_policy: policy,
             adopt_stamp: None,
+            compaction: Compaction::default(),
         }
     }
 
@@ -386,6 +432,7 @@ mod tests {
                 delta: &stale,
                 drift_policy: &DriftPolicy::Adopt,
                 adopt_stamp: Some(&adopt),
+                compaction: Compaction::default(),
             },
         )
         .unwrap();
@@ -512,6 +559,123 @@ mod tests {
         .unwrap();
         assert_eq!(plan2.target_data, data(&[("rate", "1")]));
         assert_eq!(plan2.overridden_keys, vec!["rate".to_owned()]);
+    }
+
+    /// Plans `delta` with tombstones collected through `through`, rebasing this rollout.
+    fn collecting(
+        target: Option<&TargetView>,
+        companion: Option<&CompanionView>,
+        delta: &Delta,
+        through: &Stamp,
+    ) -> Plan {
+        let writer = WriterId::parse("rollout:team/limits").unwrap();
+        let policy = DriftPolicy::Report;
+        let request = MergeRequest {
+            compaction: Compaction {
+                through: Some(through),
+                rebase: Some(&writer),
+            },
+            ..request(delta, &policy)
+        };
+        plan(&key(), target, companion, request).unwrap()
+    }
+
+    #[test]
+    fn collection_drops_stable_tombstones_and_keeps_the_data_and_digest() {
+        let mut state = rollout_delta(10, &[("rate", Some("100")), ("old", Some("x"))]);
+        let first = plan(&key(), None, None, request(&state, &DriftPolicy::Report)).unwrap();
+        let (target, companion) = written(&first);
+        state.merge(&rollout_delta(20, &[("old", None)]));
+        let removed = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&state, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(removed.replica.tombstones(), 1);
+        let (target, companion) = written(&removed);
+
+        let collected = collecting(
+            Some(&target),
+            Some(&companion),
+            &state,
+            &stamp(20, "rollout:team/limits"),
+        );
+        assert_eq!(collected.replica.tombstones(), 0);
+        assert_eq!(
+            collected.replica.horizon(),
+            Some(&stamp(20, "rollout:team/limits"))
+        );
+        assert_eq!(collected.target_data, data(&[("rate", "100")]));
+        assert_eq!(
+            collected.digest, removed.digest,
+            "the live state is unchanged"
+        );
+        assert!(collected.companion_changed && !collected.target_changed);
+
+        // The tombstone's revision delivered again (a retry, a late publish) changes nothing.
+        let (target, companion) = written(&collected);
+        let again = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&state, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(again.target_data, data(&[("rate", "100")]));
+        assert!(!again.companion_changed && !again.target_changed);
+        // An older write of the removed key arriving late does not bring it back.
+        let late = rollout_delta(15, &[("old", Some("x"))]);
+        let late = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&late, &DriftPolicy::Report),
+        )
+        .unwrap();
+        assert_eq!(late.target_data, data(&[("rate", "100")]));
+    }
+
+    #[test]
+    fn a_companion_restored_from_before_a_collection_is_rebased_so_the_key_stays_deleted() {
+        // The backup: both objects as they were before `old` was removed.
+        let before = rollout_delta(10, &[("rate", Some("100")), ("old", Some("x"))]);
+        let backup = plan(&key(), None, None, request(&before, &DriftPolicy::Report)).unwrap();
+        let (target, companion) = written(&backup);
+        // The rollout's state after the removal and the collection: `old` is gone from it
+        // altogether; a later revision changes `rate`.
+        let mut state = rollout_delta(10, &[("rate", Some("100"))]);
+        state.merge(&rollout_delta(30, &[("rate", Some("200"))]));
+        let through = stamp(20, "rollout:team/limits");
+
+        let rebased = collecting(Some(&target), Some(&companion), &state, &through);
+        assert_eq!(rebased.target_data, data(&[("rate", "200")]));
+        assert!(rebased.replica.get("old").is_none());
+        assert_eq!(rebased.replica.horizon(), Some(&through));
+
+        // Another writer's entries and keys the replica never held are not this rollout's
+        // to drop.
+        let mut target = target;
+        target.data.insert("foreign".into(), "kept".into());
+        let override_stamp = stamp(5, "override:alice");
+        let mut with_override = crate::crdt::decode(companion.state.as_deref().unwrap()).unwrap();
+        with_override.apply(
+            &[("pinned", Entry::live("1", override_stamp))]
+                .into_iter()
+                .collect(),
+        );
+        target.data.insert("pinned".into(), "1".into());
+        let companion = CompanionView {
+            state: Some(crate::crdt::encode(&with_override).unwrap()),
+            digest: Some(crate::crdt::revision_digest(&key(), &with_override)),
+        };
+        target.digest.clone_from(&companion.digest);
+        let rebased = collecting(Some(&target), Some(&companion), &state, &through);
+        assert_eq!(
+            rebased.target_data,
+            data(&[("foreign", "kept"), ("pinned", "1"), ("rate", "200")])
+        );
     }
 
     #[test]

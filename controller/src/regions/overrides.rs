@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use kube::Client;
 
 use super::RegionError;
+use super::materialize::Compaction;
 use super::store::{self, DriftHandling, Materialized, TargetObject};
 use crate::api::DriftPolicy;
-use crate::crdt::{DigestKey, Stamp, override_delta};
+use crate::crdt::{DigestKey, Stamp, override_delta, stamp_above};
 
 /// Merges `changes` (`Some(value)` sets a key, `None` removes it) into the target
 /// `namespace/name` of the region `client` reaches, under `stamp`, whose writer must be an
@@ -25,10 +26,19 @@ pub async fn write_override(
     stamp: Stamp,
     changes: &BTreeMap<String, Option<String>>,
 ) -> Result<Materialized, RegionError> {
-    let changes = changes.iter().map(|(key, value)| (key, value.as_deref()));
-    let delta = override_delta(stamp, changes).map_err(|source| RegionError::Override {
-        reason: source.to_string(),
-    })?;
+    let changes: Vec<(&String, Option<&str>)> = changes
+        .iter()
+        .map(|(key, value)| (key, value.as_deref()))
+        .collect();
+    // A person's clock may be behind what the region holds: the override is stamped
+    // after it, so it wins over the writes it was meant to override and is never taken
+    // for one the replica has outlived.
+    let delta_for = |replica: &crate::crdt::Replica| {
+        let stamp = stamp_above(replica, stamp.wall_ms, stamp.writer.clone());
+        override_delta(stamp, changes.iter().copied()).map_err(|source| RegionError::Override {
+            reason: source.to_string(),
+        })
+    };
     let target = TargetObject {
         namespace,
         name,
@@ -37,10 +47,11 @@ pub async fn write_override(
         adopt: false,
         // A person's override, not a controller's: no Lease to hold.
         may_write: &|| true,
+        compaction: Compaction::default(),
     };
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,
         adopt_stamp: None,
     };
-    store::materialize(client, key, &target, drift, |_| Ok(delta.clone())).await
+    store::materialize(client, key, &target, drift, delta_for).await
 }

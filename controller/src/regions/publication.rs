@@ -64,6 +64,13 @@ impl RevisionState {
         }
     }
 
+    /// Drops the state's tombstones at or below the target's stable point `through`
+    /// (every region has merged them), so the state stays bounded however many keys come
+    /// and go; returns how many went.
+    pub fn collect_tombstones(&mut self, through: &Stamp) -> usize {
+        crdt::collect_tombstones(&mut self.state, through)
+    }
+
     /// What `desired` would change relative to this revision.
     pub fn changes_to(&self, desired: &BTreeMap<String, String>) -> ChangeCounts {
         let live = self.state.live();
@@ -160,9 +167,10 @@ pub fn evidence(
 ) -> Evidence {
     let holds = |delta: &Delta| {
         delta.iter().all(|(key, entry)| {
-            replica.get(key).is_some_and(|held| {
-                held.stamp.wall_ms <= stamp_bound_ms && held.precedence(entry).is_ge()
-            })
+            let future_stamped = replica
+                .get(key)
+                .is_some_and(|held| held.stamp.wall_ms > stamp_bound_ms);
+            !future_stamped && replica.holds(key, entry)
         })
     };
     let applied = if two_pass {

@@ -16,7 +16,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::RegionError;
 use super::materialize::{
-    self, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
+    self, Compaction, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
     ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
 };
 use crate::api::DriftPolicy;
@@ -49,6 +49,8 @@ pub struct TargetObject<'a> {
     /// Asked just before every write: a writer that may no longer write (a controller
     /// that lost its Lease) writes nothing more.
     pub may_write: &'a (dyn Fn() -> bool + Send + Sync),
+    /// Tombstone collection on this write.
+    pub compaction: Compaction<'a>,
 }
 
 /// The evidence of one materialisation, read back from the region.
@@ -104,6 +106,7 @@ pub async fn materialize(
                 delta: &delta,
                 drift_policy: drift.policy,
                 adopt_stamp: drift.adopt_stamp,
+                compaction: target.compaction,
             },
         )?;
         match write_plan(&api, target, &companion_name, &current, &plan, &mut writes).await {
@@ -199,6 +202,7 @@ async fn inspect_pair(
             delta: &Delta::new(),
             drift_policy: &DriftPolicy::Report,
             adopt_stamp: None,
+            compaction: Compaction::default(),
         },
     )?;
     let ownership = current.ownership();

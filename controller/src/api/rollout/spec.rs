@@ -42,6 +42,10 @@ pub const MAX_CONDITION_LENGTH: u64 = 1024;
     derive = "PartialEq",
     shortname = "crollout",
     category = "configrollout",
+    // The controller lists the other rollouts of a target by these before collecting its
+    // tombstones.
+    selectable = ".spec.target.namespace",
+    selectable = ".spec.target.name",
     doc = "A ConfigMap rolled out across regional clusters stage by stage, with gates, approvals and rollback.",
     printcolumn(
         name = "Phase",

@@ -41,6 +41,12 @@ pub struct ConfigRolloutStatus {
     /// The operator requests (abort, retry) acted on, so each acts once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlRecord>,
+    /// The stable point of the target (`<wall_ms>.<logical>@<writer>`): every writer of
+    /// the target had delivered everything it wrote up to this stamp to every region when
+    /// the latest revision completed. Tombstones at or below it are collected on the next
+    /// write to each region, and from the next revision's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collected_through: Option<String>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
     /// Complete, Drifted, InvalidSpec, AdmissionPolicies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

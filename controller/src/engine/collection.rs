@@ -1,0 +1,271 @@
+//! When a target's tombstones may be collected, read from status: pure.
+//!
+//! A rollout that every region it targets has caught up with proposes the stamp of its
+//! latest revision ([`proposal`]); the reconcile then reads the other rollouts writing
+//! the same target, each as a [`WriterProgress`] ([`progress_of`]), and
+//! [`crate::crdt::collection_point`] lowers the proposal to what they have delivered. The
+//! result is recorded in `status.collectedThrough` ([`record`]) and acted on at the next
+//! write to each region (see [`crate::crdt::compaction`]).
+
+use crate::api::{ConfigRolloutStatus, RevisionStep, RolloutPhase};
+use crate::crdt::{Stamp, WriterProgress};
+
+use super::Observations;
+
+/// The stamp this rollout proposes to collect through: its current revision's, when the
+/// rollout is Complete and this reconcile saw every region of it holding that revision in
+/// full, and the point would move forward. `None` otherwise.
+pub fn proposal(status: &ConfigRolloutStatus, observations: &Observations) -> Option<Stamp> {
+    if status.phase != Some(RolloutPhase::Complete) || status.regions.is_empty() {
+        return None;
+    }
+    let current = status.revision.as_deref()?;
+    let every_region_holds_it = status.regions.iter().all(|region| {
+        observations
+            .regions
+            .iter()
+            .find(|seen| seen.name == region.name)
+            .is_some_and(|seen| {
+                seen.reachable
+                    && seen.applied.as_ref().is_some_and(|applied| {
+                        applied.revision == current && applied.step != RevisionStep::Expand
+                    })
+            })
+    });
+    if !every_region_holds_it {
+        return None;
+    }
+    let stamp = revision_stamp(status, current)?;
+    let recorded = recorded(status);
+    recorded
+        .is_none_or(|recorded| recorded < stamp)
+        .then_some(stamp)
+}
+
+/// How far another rollout writing the same target has got, from its status. Its
+/// materialised marks say which revision each region holds in full; a revision's
+/// publication is the rollout's whole state, so holding it means holding every write of
+/// that rollout up to its stamp.
+pub fn progress_of(status: Option<&ConfigRolloutStatus>) -> WriterProgress {
+    // Not reconciled yet: whatever it declares is stamped after now.
+    let Some(status) = status else {
+        return WriterProgress::CaughtUp;
+    };
+    let Some(current) = status.revision.as_deref() else {
+        return WriterProgress::CaughtUp;
+    };
+    fn held_revision(region: &crate::api::RegionRolloutStatus) -> Option<&str> {
+        region
+            .materialized
+            .as_ref()
+            .filter(|mark| mark.step != Some(RevisionStep::Expand))
+            .map(|mark| mark.revision.as_str())
+    }
+    let caught_up = !status.regions.is_empty()
+        && status
+            .regions
+            .iter()
+            .all(|region| held_revision(region) == Some(current));
+    if caught_up {
+        return WriterProgress::CaughtUp;
+    }
+    let held = status
+        .regions
+        .iter()
+        .map(|region| revision_stamp(status, held_revision(region)?))
+        .collect::<Option<Vec<Stamp>>>()
+        .and_then(|stamps| stamps.into_iter().min());
+    WriterProgress::Behind { held }
+}
+
+/// Records `point` as the target's stable point, never moving it back. Returns whether
+/// the status changed.
+pub fn record(status: &mut ConfigRolloutStatus, point: &Stamp) -> bool {
+    if recorded(status).is_some_and(|recorded| recorded >= *point) {
+        return false;
+    }
+    status.collected_through = Some(point.to_string());
+    true
+}
+
+/// The stable point already recorded, if it parses.
+fn recorded(status: &ConfigRolloutStatus) -> Option<Stamp> {
+    status.collected_through.as_deref()?.parse().ok()
+}
+
+/// The stamp a revision was declared with, from the history.
+fn revision_stamp(status: &ConfigRolloutStatus, revision: &str) -> Option<Stamp> {
+    status
+        .history
+        .iter()
+        .find(|record| record.name == revision)?
+        .stamp
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{LifecycleMark, RegionRolloutStatus, RevisionRecord};
+    use crate::crdt::WriterId;
+    use crate::engine::{AppliedRevision, RegionObservation};
+
+    fn stamp(wall_ms: u64) -> Stamp {
+        Stamp::new(wall_ms, 0, WriterId::rollout("team", "limits").unwrap())
+    }
+
+    fn mark(revision: &str, step: RevisionStep) -> LifecycleMark {
+        LifecycleMark {
+            revision: revision.to_owned(),
+            step: Some(step),
+            digest: None,
+            at: crate::engine::clock::to_time(chrono::Utc::now()),
+        }
+    }
+
+    fn status(
+        phase: RolloutPhase,
+        current: &str,
+        marks: &[(&str, Option<LifecycleMark>)],
+    ) -> ConfigRolloutStatus {
+        ConfigRolloutStatus {
+            phase: Some(phase),
+            revision: Some(current.to_owned()),
+            regions: marks
+                .iter()
+                .map(|(name, mark)| RegionRolloutStatus {
+                    name: (*name).to_owned(),
+                    materialized: mark.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            history: [("r1", 10), ("r2", 20), ("r3", 30)]
+                .into_iter()
+                .map(|(name, wall)| RevisionRecord {
+                    name: name.to_owned(),
+                    digest: None,
+                    declared_at: crate::engine::clock::to_time(chrono::Utc::now()),
+                    stamp: stamp(wall).to_string(),
+                    keys_set: 0,
+                    keys_removed: 0,
+                    outcome: None,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn seen(name: &str, applied: Option<(&str, RevisionStep)>) -> RegionObservation {
+        RegionObservation {
+            name: name.to_owned(),
+            reachable: true,
+            applied: applied.map(|(revision, step)| AppliedRevision {
+                revision: revision.to_owned(),
+                step,
+                digest: String::new(),
+            }),
+            ..RegionObservation::default()
+        }
+    }
+
+    fn observations(regions: Vec<RegionObservation>) -> Observations {
+        Observations {
+            regions,
+            ..Observations::default()
+        }
+    }
+
+    #[test]
+    fn a_complete_rollout_every_region_holds_proposes_its_revision_once() {
+        let mut status = status(
+            RolloutPhase::Complete,
+            "r2",
+            &[("eu-1", None), ("us-1", None)],
+        );
+        let all = observations(vec![
+            seen("eu-1", Some(("r2", RevisionStep::Single))),
+            seen("us-1", Some(("r2", RevisionStep::Contract))),
+        ]);
+        assert_eq!(proposal(&status, &all), Some(stamp(20)));
+        assert!(record(&mut status, &stamp(20)));
+        assert_eq!(proposal(&status, &all), None, "nothing new to propose");
+        assert!(!record(&mut status, &stamp(10)), "never moves back");
+        assert_eq!(status.collected_through, Some(stamp(20).to_string()));
+    }
+
+    #[test]
+    fn no_proposal_while_a_region_lacks_the_revision_or_only_has_its_expand_pass() {
+        let status = status(
+            RolloutPhase::Complete,
+            "r2",
+            &[("eu-1", None), ("us-1", None)],
+        );
+        for us in [
+            None,
+            Some(("r1", RevisionStep::Single)),
+            Some(("r2", RevisionStep::Expand)),
+        ] {
+            let seen = observations(vec![
+                seen("eu-1", Some(("r2", RevisionStep::Single))),
+                seen("us-1", us),
+            ]);
+            assert_eq!(proposal(&status, &seen), None, "{us:?}");
+        }
+        let mut unreachable = seen("us-1", Some(("r2", RevisionStep::Single)));
+        unreachable.reachable = false;
+        let seen = observations(vec![
+            seen("eu-1", Some(("r2", RevisionStep::Single))),
+            unreachable,
+        ]);
+        assert_eq!(proposal(&status, &seen), None);
+        let progressing = self::status(RolloutPhase::Progressing, "r2", &[("eu-1", None)]);
+        let seen = observations(vec![self::seen("eu-1", Some(("r2", RevisionStep::Single)))]);
+        assert_eq!(proposal(&progressing, &seen), None);
+    }
+
+    #[test]
+    fn another_writer_is_behind_at_the_oldest_revision_its_regions_hold() {
+        let caught_up = status(
+            RolloutPhase::Complete,
+            "r3",
+            &[
+                ("eu-1", Some(mark("r3", RevisionStep::Single))),
+                ("us-1", Some(mark("r3", RevisionStep::Contract))),
+            ],
+        );
+        assert_eq!(progress_of(Some(&caught_up)), WriterProgress::CaughtUp);
+        assert_eq!(progress_of(None), WriterProgress::CaughtUp);
+
+        let behind = status(
+            RolloutPhase::AwaitingApproval,
+            "r3",
+            &[
+                ("eu-1", Some(mark("r3", RevisionStep::Single))),
+                ("us-1", Some(mark("r1", RevisionStep::Single))),
+            ],
+        );
+        assert_eq!(
+            progress_of(Some(&behind)),
+            WriterProgress::Behind {
+                held: Some(stamp(10))
+            }
+        );
+
+        // A region that holds nothing of it, or only an expand pass: nothing is known.
+        for us in [None, Some(mark("r2", RevisionStep::Expand))] {
+            let unknown = status(
+                RolloutPhase::Progressing,
+                "r3",
+                &[
+                    ("eu-1", Some(mark("r3", RevisionStep::Single))),
+                    ("us-1", us),
+                ],
+            );
+            assert_eq!(
+                progress_of(Some(&unknown)),
+                WriterProgress::Behind { held: None }
+            );
+        }
+    }
+}
