@@ -181,7 +181,9 @@ fn source_hash(ldflags: &str) -> Result<String, LabError> {
 /// The Go module that pins Helm (`e2e/tools/helm`): its own module, because Helm's
 /// `k8s.io/*` requirements differ from the control plane's.
 pub fn helm_module_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools").join("helm")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join("helm")
 }
 
 /// Returns Helm (`helm.sh/helm/v4/cmd/helm`, the version `e2e/tools/helm/go.mod`
@@ -237,7 +239,12 @@ fn helm_version(module: &Path) -> Result<String, LabError> {
         .map_err(|e| LabError::io(format!("read {}", go_mod.display()), e))?;
     text.lines()
         .filter_map(|line| line.trim().strip_prefix("helm.sh/helm/v4 "))
-        .map(|rest| rest.split_whitespace().next().unwrap_or_default().to_owned())
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .find(|v| v.starts_with('v'))
         .ok_or_else(|| LabError::GoBuild {
             status: "not started".into(),

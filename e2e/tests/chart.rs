@@ -75,8 +75,7 @@ fn default_render_is_the_kustomize_base_object_by_object() {
     assert_eq!(rendered_keys, base_keys, "the same objects");
     for (key, object) in &base {
         assert_eq!(
-            &rendered[key],
-            object,
+            &rendered[key], object,
             "{key}: the chart's default render differs from deploy/ (rendered left, base right)"
         );
     }
@@ -87,14 +86,23 @@ fn schema_refuses_unknown_keys_and_wrong_types() {
     for (set, says) in [
         ("replicas=two", "/replicas"),
         ("replica=2", "additional properties 'replica' not allowed"),
-        ("image.registry=x", "additional properties 'registry' not allowed"),
+        (
+            "image.registry=x",
+            "additional properties 'registry' not allowed",
+        ),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("logFormat=xml", "/logFormat"),
         ("leaderElection.enabled=yes", "/leaderElection/enabled"),
         ("prometheusUrl=prometheus:9090", "/prometheusUrl"),
         ("serviceMonitor.enabled=1", "/serviceMonitor/enabled"),
-        ("prometheusRule.for.halted=soon", "/prometheusRule/for/halted"),
-        ("prometheusRule.for.other=1m", "additional properties 'other' not allowed"),
+        (
+            "prometheusRule.for.halted=soon",
+            "/prometheusRule/for/halted",
+        ),
+        (
+            "prometheusRule.for.other=1m",
+            "additional properties 'other' not allowed",
+        ),
     ] {
         let refused = helm()
             .template(&[set])
@@ -300,10 +308,9 @@ fn dashboard_and_rules_name_controller_metrics() {
     let rules = std::fs::read_to_string(dir.join("configrollout-rules.yaml")).expect("rules");
     let rule_exprs = rule_expressions(&rules).expect("rule expressions");
     assert_eq!(rule_exprs.len(), 8);
-    let source = std::fs::read_to_string(
-        repository_root().join("controller/src/telemetry/metrics.rs"),
-    )
-    .expect("metrics source");
+    let source =
+        std::fs::read_to_string(repository_root().join("controller/src/telemetry/metrics.rs"))
+            .expect("metrics source");
     for expr in expressions.iter().chain(&rule_exprs) {
         let names = metric_names(expr);
         assert!(!names.is_empty(), "{expr} names no configrollout metric");
