@@ -126,6 +126,35 @@ impl Helm {
     }
 }
 
+/// The prometheus-operator CRDs the chart's toggles need (ServiceMonitor and
+/// PrometheusRule, `monitoring.coreos.com/v1`), written into `out` by controller-gen from
+/// the operator's Go API types (`e2e/tools/monitoring`): the schemas the operator's own
+/// release generates the same way. Returns their files.
+pub fn monitoring_crds(out: &Path) -> Result<Vec<PathBuf>, LabError> {
+    let controller_gen = crate::gobuild::ensure_controller_gen()?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| LabError::io(format!("create {}", out.display()), e))?;
+    let output = Command::new(&controller_gen)
+        .current_dir(crate::gobuild::monitoring_module_dir())
+        .env("GOWORK", "off")
+        .arg("crd:crdVersions=v1,maxDescLen=0")
+        .arg("paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1")
+        .arg(format!("output:crd:dir={}", out.display()))
+        .output()
+        .map_err(|e| LabError::io(format!("run {}", controller_gen.display()), e))?;
+    if !output.status.success() {
+        return Err(LabError::Tool {
+            command: controller_gen.display().to_string(),
+            status: output.status.to_string(),
+            output: String::from_utf8_lossy(&[output.stdout, output.stderr].concat()).into_owned(),
+        });
+    }
+    Ok(["servicemonitors", "prometheusrules"]
+        .iter()
+        .map(|plural| out.join(format!("monitoring.coreos.com_{plural}.yaml")))
+        .collect())
+}
+
 /// The non-empty YAML documents of `text`.
 pub fn documents(text: &str) -> Result<Vec<Value>, LabError> {
     let mut out = Vec::new();

@@ -4,6 +4,8 @@
 //! 1. The lab's copy of `deploy/rbac.yaml` is removed from the hub, then `helm install`
 //!    of `deploy/chart` creates the controller's objects; they are read back as the
 //!    apiserver stored them (no kubelet runs pods here: the Deployment is only stored).
+//!    With prometheus-operator's CRDs (controller-gen from its API types), `helm upgrade`
+//!    with the ServiceMonitor and PrometheusRule toggles stores both, as rendered.
 //! 2. The controller runs as the lab's controller user, whose bindings name the roles the
 //!    chart just created, so the chart's RBAC is what it runs with. Every metric that a
 //!    dashboard panel or an alert rule names is in its real `/metrics`.
@@ -27,6 +29,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
 
 mod support;
 
@@ -420,6 +423,105 @@ spec:
     .await;
 }
 
+fn monitoring_api(world: &World, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: "monitoring.coreos.com".into(),
+        version: "v1".into(),
+        api_version: "monitoring.coreos.com/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::namespaced_with(world.hub.clone(), SYSTEM_NAMESPACE, &resource)
+}
+
+fn alerts_and_expressions(rules: &[serde_json::Value]) -> Vec<(String, String)> {
+    rules
+        .iter()
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap_or_default().to_owned(),
+                r["expr"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// With prometheus-operator's CRDs (generated from its API types), the toggles' objects
+/// pass the operator's schemas and are stored as the chart renders them.
+async fn the_monitoring_objects_pass_the_operators_schemas(world: &World) {
+    let crds = chart::monitoring_crds(&world.lab.root_dir().join("monitoring-crds"))
+        .expect("controller-gen writes the monitoring CRDs");
+    for crd in &crds {
+        within(
+            "apply a monitoring CRD",
+            world.lab.apply(HUB, User::Admin, crd),
+        )
+        .await;
+    }
+    let chart_dir = chart::chart_dir();
+    let upgraded = helm_on_hub(
+        world,
+        &[
+            "upgrade",
+            chart::RELEASE,
+            &chart_dir.to_string_lossy(),
+            "--namespace",
+            SYSTEM_NAMESPACE,
+            "--set",
+            "dashboard.enabled=true,serviceMonitor.enabled=true,prometheusRule.enabled=true",
+            "--set",
+            "serviceMonitor.labels.release=kube-prometheus",
+            "--timeout",
+            "120s",
+        ],
+    )
+    .await;
+    assert!(upgraded.contains("STATUS: deployed"), "{upgraded}");
+
+    let monitor = within(
+        "read the ServiceMonitor",
+        monitoring_api(world, "ServiceMonitor", "servicemonitors").get(NAME),
+    )
+    .await;
+    assert_eq!(
+        monitor
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("release"))
+            .map(String::as_str),
+        Some("kube-prometheus")
+    );
+    assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "probes");
+    assert_eq!(monitor.data["spec"]["endpoints"][0]["path"], "/metrics");
+    assert_eq!(
+        monitor.data["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        NAME
+    );
+
+    let rule = within(
+        "read the PrometheusRule",
+        monitoring_api(world, "PrometheusRule", "prometheusrules").get(NAME),
+    )
+    .await;
+    let stored = alerts_and_expressions(
+        rule.data["spec"]["groups"][0]["rules"]
+            .as_array()
+            .expect("stored rules"),
+    );
+    let plain =
+        std::fs::read_to_string(chart::observability_dir().join("configrollout-rules.yaml"))
+            .expect("rules");
+    let plain: serde_json::Value = serde_yaml::from_str(&plain).expect("rules parse");
+    let expected =
+        alerts_and_expressions(plain["groups"][0]["rules"].as_array().expect("plain rules"));
+    assert_eq!(stored.len(), 8);
+    assert_eq!(
+        stored, expected,
+        "the stored PrometheusRule is the plain rule file"
+    );
+}
+
 async fn the_chart_uninstalls(world: &World) {
     helm_on_hub(
         world,
@@ -446,6 +548,17 @@ async fn the_chart_uninstalls(world: &World) {
             .await
             .is_none()
     );
+    for (kind, plural) in [
+        ("ServiceMonitor", "servicemonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    ] {
+        let left = within(
+            "read a monitoring object",
+            monitoring_api(world, kind, plural).get_opt(NAME),
+        )
+        .await;
+        assert!(left.is_none(), "{kind} removed");
+    }
     // CRDs are never deleted by an uninstall (Helm's rule for crds/): rollouts survive.
     assert!(
         world
@@ -469,6 +582,7 @@ async fn chart_install_and_alerts_on_the_lab() {
     })
     .await;
     the_chart_installs_into_the_hub(&world).await;
+    the_monitoring_objects_pass_the_operators_schemas(&world).await;
 
     let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-chart", &probe_addr);
