@@ -416,6 +416,32 @@ spec:
         failed.iter().any(|sample| sample.value >= 1.0),
         "Prometheus scraped the failed sample from the controller: {failed:?}"
     );
+    // ConfigRolloutRolledBack reads configrollout_rollouts{phase="RolledBack"}: where the
+    // controller reports the rolled-back rollout there, the alert must fire. (A controller
+    // whose per-phase gauge is not maintained reports 0, and the alert cannot fire.)
+    let rolled_back = world
+        .lab
+        .query_prometheus("max(configrollout_rollouts{phase=\"RolledBack\"}) >= 1")
+        .await
+        .expect("query the rolled-back gauge");
+    if rolled_back.is_empty() {
+        eprintln!(
+            "configrollout_rollouts{{phase=\"RolledBack\"}} reads 0 while a rollout is RolledBack: \
+             ConfigRolloutRolledBack not checked"
+        );
+    } else {
+        eventually("ConfigRolloutRolledBack fires", PROGRESS, || async {
+            let alerts = world
+                .lab
+                .query_prometheus(
+                    "ALERTS{alertname=\"ConfigRolloutRolledBack\", alertstate=\"firing\"}",
+                )
+                .await
+                .ok()?;
+            alerts.into_iter().next()
+        })
+        .await;
+    }
     within(
         "lower the canary's error ratio",
         world.lab.set_error_rate(REGION, 0.0),
