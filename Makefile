@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew
+.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew chart
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -28,6 +28,12 @@ soak:
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:
 	$(CARGO) run --locked --bin configrollout-crdgen -- crds
+
+# Regenerates, from the Helm chart (deploy/chart), its copy of crds/ and the plain files
+# of deploy/observability/ (e2e/tests/chart.rs fails when they differ). Builds Helm from
+# Go modules (e2e/tools/helm) on first use.
+chart:
+	$(CARGO) run --locked -p configrollout-e2e --bin chart-files
 
 # Brings up the lab (hub + 3 regions, workloads, Prometheus) for a person, prints how
 # to reach it, and runs until Ctrl-C. The first run builds kube-apiserver (minutes).

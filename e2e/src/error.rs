@@ -89,6 +89,16 @@ pub enum LabError {
     /// An argument was out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A command-line tool (helm, promtool) refused or failed.
+    #[error("{command} failed ({status}):\n{output}")]
+    Tool {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed.
+        output: String,
+    },
 }
 
 impl LabError {

@@ -175,7 +175,120 @@ fn version_ldflags() -> Result<String, LabError> {
 /// Hash of every source file of the module (path and content), the Go version and the
 /// build flags.
 fn source_hash(ldflags: &str) -> Result<String, LabError> {
-    let root = module_dir();
+    source_hash_of(&module_dir(), ldflags)
+}
+
+/// The Go module that pins Helm (`e2e/tools/helm`): its own module, because Helm's
+/// `k8s.io/*` requirements differ from the control plane's.
+pub fn helm_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join("helm")
+}
+
+/// The Go module that pins controller-gen and the prometheus-operator API
+/// (`e2e/tools/monitoring`).
+pub fn monitoring_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join("monitoring")
+}
+
+/// Returns Helm (`helm.sh/helm/v4/cmd/helm`, the version `e2e/tools/helm/go.mod`
+/// requires), building it first into `e2e/.cache/helm/` when the module or Go changed.
+/// Blocking; concurrent callers wait on a file lock.
+pub fn ensure_helm() -> Result<PathBuf, LabError> {
+    let module = helm_module_dir();
+    let version = required_version(&module, "helm.sh/helm/v4")?;
+    // What `helm version` reports, as the upstream release build stamps it.
+    let ldflags = format!("-X helm.sh/helm/v4/internal/version.version={version}");
+    ensure_tool(&module, "helm.sh/helm/v4/cmd/helm", "helm", &ldflags)
+}
+
+/// Returns controller-gen (`sigs.k8s.io/controller-tools`, a `tool` of
+/// `e2e/tools/monitoring`), built into `e2e/.cache/controller-gen/` like [`ensure_helm`].
+pub fn ensure_controller_gen() -> Result<PathBuf, LabError> {
+    ensure_tool(
+        &monitoring_module_dir(),
+        "sigs.k8s.io/controller-tools/cmd/controller-gen",
+        "controller-gen",
+        "",
+    )
+}
+
+/// Builds `package` of `module` into `e2e/.cache/<name>/<name>` unless the stamp beside
+/// it matches the module's sources, the Go version and `ldflags`.
+fn ensure_tool(
+    module: &Path,
+    package: &str,
+    name: &str,
+    ldflags: &str,
+) -> Result<PathBuf, LabError> {
+    let cache = cache_dir().join(name);
+    fs::create_dir_all(&cache)
+        .map_err(|e| LabError::io(format!("create {}", cache.display()), e))?;
+    let lock_path = cache.join("build.lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| LabError::io(format!("open {}", lock_path.display()), e))?;
+    lock.lock()
+        .map_err(|e| LabError::io(format!("lock {}", lock_path.display()), e))?;
+    let binary = cache.join(name);
+    let stamp = cache.join(STAMP);
+    let wanted = source_hash_of(module, ldflags)?;
+    let current = fs::read_to_string(&stamp).unwrap_or_default();
+    if current.trim() == wanted && binary.is_file() {
+        return Ok(binary);
+    }
+    tracing::info!(module = %module.display(), package, "building a Go tool (minutes on a cold cache)");
+    let staging = cache.join(format!("{name}.building-{}", std::process::id()));
+    let output = Command::new(go_command())
+        .current_dir(module)
+        .env("GOWORK", "off")
+        .args(["build", "-ldflags", ldflags, "-o"])
+        .arg(&staging)
+        .arg(package)
+        .output()
+        .map_err(|e| LabError::io(format!("run {} build", go_command()), e))?;
+    if !output.status.success() {
+        let _ = fs::remove_file(&staging);
+        return Err(LabError::GoBuild {
+            status: output.status.to_string(),
+            output: String::from_utf8_lossy(&[output.stdout, output.stderr].concat()).into_owned(),
+        });
+    }
+    fs::rename(&staging, &binary)
+        .map_err(|e| LabError::io(format!("move {} into place", staging.display()), e))?;
+    fs::write(&stamp, &wanted).map_err(|e| LabError::io("write build stamp", e))?;
+    Ok(binary)
+}
+
+/// The version of `path` that `module`'s go.mod requires.
+fn required_version(module: &Path, path: &str) -> Result<String, LabError> {
+    let go_mod = module.join("go.mod");
+    let text = fs::read_to_string(&go_mod)
+        .map_err(|e| LabError::io(format!("read {}", go_mod.display()), e))?;
+    let prefix = format!("{path} ");
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            line.strip_prefix(&prefix)
+                .or_else(|| line.strip_prefix("require ")?.strip_prefix(&prefix))
+        })
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .find(|v| v.starts_with('v'))
+        .ok_or_else(|| LabError::GoBuild {
+            status: "not started".into(),
+            output: format!("no {path} requirement in {}", go_mod.display()),
+        })
+}
+
+fn source_hash_of(root: &Path, ldflags: &str) -> Result<String, LabError> {
+    let root = root.to_path_buf();
     let mut files = Vec::new();
     collect_sources(&root, &mut files)?;
     files.sort();

@@ -530,6 +530,19 @@ impl Lab {
         prometheus::instant_query(&self.http, &self.prometheus_url(), query).await
     }
 
+    /// Has the lab's Prometheus also scrape controllers and evaluate rule files
+    /// ([`Monitoring`](crate::prometheus::Monitoring)), replacing what an earlier call set;
+    /// the workloads stay scraped. Returns once the server accepted the new configuration.
+    pub async fn monitor(
+        &mut self,
+        monitoring: &crate::prometheus::Monitoring,
+    ) -> Result<(), LabError> {
+        match self.prometheus.as_mut() {
+            Some(p) => p.monitor(&self.http, monitoring).await,
+            None => Err(LabError::ClusterStopped("prometheus".into())),
+        }
+    }
+
     /// Stops Prometheus (to test gates without data), keeping its data and port.
     pub fn stop_prometheus(&mut self) {
         if let Some(p) = self.prometheus.as_mut() {

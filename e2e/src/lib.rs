@@ -14,6 +14,7 @@
 //! Deployments get pods that turn Ready on a fake node. Dropping the lab stops every
 //! process it started.
 
+pub mod chart;
 mod child;
 mod controlplane;
 mod error;

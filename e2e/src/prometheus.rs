@@ -34,6 +34,8 @@ pub(crate) struct Prometheus {
     dir: PathBuf,
     port: u16,
     process: Option<LabProcess>,
+    /// The workloads' `host:port`.
+    targets: Vec<String>,
 }
 
 impl Prometheus {
@@ -47,14 +49,18 @@ impl Prometheus {
     ) -> Result<Self, LabError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
-        std::fs::write(dir.join("prometheus.yml"), scrape_config(targets))
-            .map_err(|e| LabError::io("write prometheus.yml", e))?;
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            scrape_config(targets, &Monitoring::default()),
+        )
+        .map_err(|e| LabError::io("write prometheus.yml", e))?;
         let port = free_port()?;
         let mut prometheus = Self {
             binary: binary.to_path_buf(),
             dir: dir.to_path_buf(),
             port,
             process: None,
+            targets: targets.iter().map(|t| (*t).to_owned()).collect(),
         };
         prometheus.start_process(programs)?;
         Ok(prometheus)
@@ -123,6 +129,37 @@ impl Prometheus {
         }
     }
 
+    /// Rewrites the configuration with `monitoring` added to the workloads' scrape job,
+    /// and has the running server load it (`/-/reload`).
+    pub(crate) async fn monitor(
+        &mut self,
+        http: &reqwest::Client,
+        monitoring: &Monitoring,
+    ) -> Result<(), LabError> {
+        let targets: Vec<&str> = self.targets.iter().map(String::as_str).collect();
+        std::fs::write(
+            self.dir.join("prometheus.yml"),
+            scrape_config(&targets, monitoring),
+        )
+        .map_err(|e| LabError::io("write prometheus.yml", e))?;
+        let context = "prometheus reload";
+        let response = http
+            .post(format!("{}/-/reload", self.url()))
+            .timeout(CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| LabError::http(context, e))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            return Err(LabError::BadResponse {
+                context: context.into(),
+                detail: format!("{status}: {body}"),
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn request_stop(&mut self) {
         if let Some(process) = self.process.as_mut() {
             process.request_stop();
@@ -148,17 +185,50 @@ impl Prometheus {
     }
 }
 
-fn scrape_config(targets: &[&str]) -> String {
-    let targets = targets
-        .iter()
-        .map(|t| format!("\"{t}\""))
+/// What the lab's Prometheus watches besides the workloads: controllers' `/metrics` and
+/// alerting rule files, as an operator's Prometheus would with the shipped
+/// ServiceMonitor and rules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Monitoring {
+    /// `host:port` of each controller's probe server (job `configrollout-controller`).
+    pub controllers: Vec<String>,
+    /// Rule files to load (`rule_files:`).
+    pub rule_files: Vec<PathBuf>,
+}
+
+fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    items
+        .into_iter()
+        .map(|t| format!("{t:?}"))
         .collect::<Vec<_>>()
-        .join(", ");
-    format!(
+        .join(", ")
+}
+
+fn scrape_config(targets: &[&str], monitoring: &Monitoring) -> String {
+    let mut config = format!(
         "# Written by the configrollout lab.\n\
          global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-         scrape_configs:\n  - job_name: configrollout-lab-workload\n    static_configs:\n      - targets: [{targets}]\n"
-    )
+         scrape_configs:\n  - job_name: configrollout-lab-workload\n    static_configs:\n      - targets: [{}]\n",
+        quoted_list(targets.iter().copied())
+    );
+    if !monitoring.controllers.is_empty() {
+        config.push_str(&format!(
+            "  - job_name: configrollout-controller\n    metrics_path: /metrics\n    static_configs:\n      - targets: [{}]\n",
+            quoted_list(monitoring.controllers.iter().map(String::as_str))
+        ));
+    }
+    if !monitoring.rule_files.is_empty() {
+        let files: Vec<String> = monitoring
+            .rule_files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        config.push_str(&format!(
+            "rule_files: [{}]\n",
+            quoted_list(files.iter().map(String::as_str))
+        ));
+    }
+    config
 }
 
 fn free_port() -> Result<u16, LabError> {
@@ -262,13 +332,35 @@ mod tests {
 
     #[test]
     fn scrape_config_scrapes_every_workload_each_second() {
-        let config: serde_yaml::Value =
-            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1", "127.0.0.1:2"]))
-                .expect("valid YAML");
+        let config: serde_yaml::Value = serde_yaml::from_str(&scrape_config(
+            &["127.0.0.1:1", "127.0.0.1:2"],
+            &Monitoring::default(),
+        ))
+        .expect("valid YAML");
         assert_eq!(config["global"]["scrape_interval"], "1s");
         let targets = &config["scrape_configs"][0]["static_configs"][0]["targets"];
         assert_eq!(targets[0], "127.0.0.1:1");
         assert_eq!(targets[1], "127.0.0.1:2");
+        assert!(config.get("rule_files").is_none());
+    }
+
+    #[test]
+    fn monitoring_adds_the_controllers_job_and_rule_files() {
+        let monitoring = Monitoring {
+            controllers: vec!["127.0.0.1:3".into()],
+            rule_files: vec![PathBuf::from("/lab/rules.yaml")],
+        };
+        let config: serde_yaml::Value =
+            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1"], &monitoring))
+                .expect("valid YAML");
+        assert_eq!(
+            config["scrape_configs"][0]["static_configs"][0]["targets"][0],
+            "127.0.0.1:1"
+        );
+        let job = &config["scrape_configs"][1];
+        assert_eq!(job["job_name"], "configrollout-controller");
+        assert_eq!(job["static_configs"][0]["targets"][0], "127.0.0.1:3");
+        assert_eq!(config["rule_files"][0], "/lab/rules.yaml");
     }
 
     #[test]
