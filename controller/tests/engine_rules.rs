@@ -894,9 +894,15 @@ fn conditions_carry_observed_generation_and_keep_transition_time_until_they_flip
     assert_eq!(awaiting.status, "True");
     assert!(awaiting.last_transition_time > first.last_transition_time);
     // Drifted is the region layer's; AdmissionPolicies is set once the reconcile has
-    // checked the policies (see `the_policies_approvals_rely_on_are_reported`).
+    // checked the policies (see `the_policies_approvals_rely_on_are_reported`);
+    // ReconcileFailed only by a reconcile that failed.
+    let not_the_engines = [
+        conditions::DRIFTED,
+        conditions::ADMISSION_POLICIES,
+        conditions::RECONCILE_FAILED,
+    ];
     for type_ in conditions::ROLLOUT_CONDITION_TYPES {
-        if type_ != conditions::DRIFTED && type_ != conditions::ADMISSION_POLICIES {
+        if !not_the_engines.contains(&type_) {
             assert!(world.condition(type_).is_some(), "{type_}");
         }
     }
@@ -1021,6 +1027,30 @@ fn out_of_band_edits_are_reported_by_key_name() {
     world.region("w1").drifted.clear();
     world.tick();
     assert!(!world.condition_true(conditions::DRIFTED));
+}
+
+/// `ReconcileFailed`, written when a reconcile failed before its status write, is gone
+/// after the next reconcile that gets that far.
+#[test]
+fn a_reconcile_that_succeeds_clears_reconcile_failed() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.run(1, 1);
+    world.status = configrollout::engine::reconcile_failed(
+        &world.status,
+        1,
+        "ActFailed",
+        "act: saving revision r1: timed out",
+        chrono::Utc::now(),
+    );
+    assert!(world.condition_true(conditions::RECONCILE_FAILED));
+    world.run(1, 1);
+    assert!(
+        !world
+            .status
+            .conditions
+            .iter()
+            .any(|condition| condition.type_ == conditions::RECONCILE_FAILED)
+    );
 }
 
 /// A region of a Complete rollout that lost the revision (its companion restored from a

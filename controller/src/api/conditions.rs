@@ -30,8 +30,13 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 /// installed and bound.
 pub const ADMISSION_POLICIES: &str = "AdmissionPolicies";
 
+/// ConfigRollout: the last reconcile failed before it could write the status it computed
+/// (a revision that could not be saved, the hub or a region refusing a call); the reason
+/// names the step, the message the cause. Gone after the next reconcile that succeeds.
+pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+
 /// Every ConfigRollout condition type.
-pub const ROLLOUT_CONDITION_TYPES: [&str; 9] = [
+pub const ROLLOUT_CONDITION_TYPES: [&str; 10] = [
     PROGRESSING,
     AWAITING_APPROVAL,
     PAUSED,
@@ -41,4 +46,5 @@ pub const ROLLOUT_CONDITION_TYPES: [&str; 9] = [
     DRIFTED,
     INVALID_SPEC,
     ADMISSION_POLICIES,
+    RECONCILE_FAILED,
 ];

@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::{CONTRACT_STAGE, RolloutPhase, conditions};
+use crate::api::{CONTRACT_STAGE, ConfigRolloutStatus, RolloutPhase, conditions};
 
 use super::clock::to_time;
 use super::control::REASON_ABORTED;
@@ -97,9 +97,53 @@ fn progress(draft: &Draft<'_>) -> String {
     format!("{done}/{total}")
 }
 
+/// The status to write when a reconcile failed before writing its own: `status` with
+/// `ReconcileFailed` true, `reason` naming the step and `message` the cause (names and
+/// HTTP reasons, never values). The next reconcile that gets as far as writing its status
+/// drops the condition ([`refresh`]).
+pub fn reconcile_failed(
+    status: &ConfigRolloutStatus,
+    generation: i64,
+    reason: &str,
+    message: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> ConfigRolloutStatus {
+    let mut status = status.clone();
+    let message: String = message.chars().take(MAX_CONDITION_MESSAGE).collect();
+    match status
+        .conditions
+        .iter_mut()
+        .find(|condition| condition.type_ == conditions::RECONCILE_FAILED)
+    {
+        Some(condition) => {
+            if condition.status != "True" {
+                condition.status = "True".to_owned();
+                condition.last_transition_time = to_time(now);
+            }
+            reason.clone_into(&mut condition.reason);
+            condition.message = message;
+            condition.observed_generation = Some(generation);
+        }
+        None => status.conditions.push(Condition {
+            type_: conditions::RECONCILE_FAILED.to_owned(),
+            status: "True".to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: Some(generation),
+            last_transition_time: to_time(now),
+        }),
+    }
+    status
+}
+
 /// Sets every condition the engine owns from the phase. `Drifted` belongs to the region
-/// layer and is left alone.
+/// layer and is left alone; `ReconcileFailed` is dropped, since this reconcile got as far
+/// as computing a status to write.
 pub(super) fn refresh(draft: &mut Draft<'_>) {
+    draft
+        .status
+        .conditions
+        .retain(|condition| condition.type_ != conditions::RECONCILE_FAILED);
     let phase = draft.status.phase.unwrap_or(RolloutPhase::Pending);
     let revision = draft.revision().unwrap_or("none").to_owned();
     let stage = draft.status.current_stage.clone().unwrap_or_default();
@@ -317,4 +361,36 @@ fn drifted(draft: &mut Draft<'_>) {
         draft.event(EventType::Warning, "Drifted", message.clone());
     }
     set(draft, conditions::DRIFTED, true, "OutOfBandEdit", message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_reconcile_sets_one_condition_and_keeps_its_transition_time_while_it_fails() {
+        let first = chrono::Utc::now();
+        let failed = reconcile_failed(
+            &ConfigRolloutStatus::default(),
+            3,
+            "ActFailed",
+            "act: saving revision r2: request entity too large",
+            first,
+        );
+        let condition = failed
+            .true_condition(conditions::RECONCILE_FAILED)
+            .expect("set");
+        assert_eq!(condition.reason, "ActFailed");
+        assert_eq!(condition.observed_generation, Some(3));
+
+        let later = first + chrono::Duration::seconds(30);
+        let again = reconcile_failed(&failed, 3, "FetchFailed", "fetch: timed out", later);
+        assert_eq!(again.conditions.len(), 1);
+        let condition = &again.conditions[0];
+        assert_eq!(condition.reason, "FetchFailed");
+        assert_eq!(condition.last_transition_time, to_time(first));
+        let long = "x".repeat(5_000);
+        let capped = reconcile_failed(&failed, 3, "ActFailed", &long, later);
+        assert_eq!(capped.conditions[0].message.len(), MAX_CONDITION_MESSAGE);
+    }
 }

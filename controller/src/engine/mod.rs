@@ -55,6 +55,7 @@ pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,
 };
+pub use conditions::reconcile_failed;
 pub use settle::{ActOutcome, FailedRegion, settle};
 pub use tenancy::Grant;
 pub use validate::{SpecError, validate};

@@ -130,11 +130,12 @@ pub async fn reconcile(
     result
 }
 
-/// Tells the rollout's owners why it is blocked: a Warning Event on the rollout, naming
-/// the step and the cause (names and HTTP reasons, never values). The recorder folds
-/// repeats into one Event with a count. A replica that does not lead says nothing.
+/// Tells the rollout's owners why it is blocked: a Warning Event on the rollout and the
+/// `ReconcileFailed` condition in its status, naming the step and the cause (names and
+/// HTTP reasons, never values). The recorder folds repeats into one Event with a count;
+/// the condition is written once per cause. A replica that does not lead says nothing.
 async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &ReconcileError) {
-    if error.category() == ErrorCategory::NotLeader || !ctx.fence.permits(WriteKind::Event) {
+    if error.category() == ErrorCategory::NotLeader {
         return;
     }
     // Events notes are capped by the apiserver (1 KiB); an error is cut well before.
@@ -142,14 +143,37 @@ async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &Reconcil
         .chars()
         .take(900)
         .collect();
-    act::publish_event(
-        &ctx.recorder,
-        rollout,
-        engine::EventType::Warning,
+    if ctx.fence.permits(WriteKind::Event) {
+        act::publish_event(
+            &ctx.recorder,
+            rollout,
+            engine::EventType::Warning,
+            error.event_reason(),
+            &message,
+        )
+        .await;
+    }
+    let previous = rollout.status.clone().unwrap_or_default();
+    let generation = rollout.metadata.generation.unwrap_or_default();
+    let status = engine::reconcile_failed(
+        &previous,
+        generation,
         error.event_reason(),
-        &message,
-    )
-    .await;
+        &error.to_string(),
+        Utc::now(),
+    );
+    // The reason and message stay put while the same cause repeats: an unchanged
+    // status is not written again.
+    let unchanged_cause = previous
+        .true_condition(crate::api::conditions::RECONCILE_FAILED)
+        .is_some_and(|condition| condition.reason == error.event_reason());
+    if unchanged_cause {
+        return;
+    }
+    let mut record = ReconcileRecord::default();
+    if let Err(error) = status_writer::write_status(ctx, rollout, &status, &mut record).await {
+        tracing::debug!(%error, "ReconcileFailed condition not written");
+    }
 }
 
 /// The steps, in order: fetch (hub) -> validate -> observe (regions) -> decide (engine,
