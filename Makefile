@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew chart
+.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew chart image
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -69,3 +69,10 @@ controller-bench: deps
 # RELEASE_URL is where the archive will be published: make krew RELEASE_URL=https://...
 krew:
 	RELEASE_URL="$(RELEASE_URL)" bash plugins/krew/package.sh
+
+# The controller image from ./Dockerfile, without a Docker daemon: a release build packed
+# onto scratch by buildah (scripts/build-image), tagged configrollout-controller:<version>
+# in podman's storage; run it with scripts/podman/podman. e2e/tests/incluster.rs packs its
+# debug build through the same script and runs it on the lab as the shipped ServiceAccount.
+image: deps
+	bash scripts/build-image
