@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
+use configrollout::crdt::Replica;
 use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -253,6 +254,151 @@ spec:
             "{region} holds both rollouts' keys"
         );
     }
+    // Each found the other caught up (read through the CRD's selectable fields) and
+    // recorded its own revision as the target's stable point.
+    for name in ["shared-a", "shared-b"] {
+        eventually("the stable point is recorded", PROGRESS, || async {
+            let status = world.rollout(name).await.status?;
+            let r1 = status.history.first()?;
+            (status.collected_through.as_ref() == Some(&r1.stamp)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// The replica a region's companion holds for `target`.
+async fn companion_replica(world: &World, region: &str, target: &str) -> Replica {
+    let maps: Api<ConfigMap> = Api::namespaced(world.region(region), APP);
+    let companion = within(
+        "read the companion",
+        maps.get(&format!("{target}{COMPANION_SUFFIX}")),
+    )
+    .await;
+    let state = companion
+        .data
+        .and_then(|mut data| data.remove(STATE_KEY))
+        .expect("the companion holds a state");
+    configrollout::crdt::decode(&state).expect("the companion decodes")
+}
+
+/// A removed key's tombstone is collected once every region has it, on the next write;
+/// then both objects of a region are restored by hand from a backup taken before the
+/// removal, and the key is deleted again within one resync and stays deleted.
+async fn a_collected_key_stays_deleted_when_a_stale_backup_is_restored(world: &World) {
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: collected, namespace: team}
+spec:
+  target: {namespace: app, name: collected}
+  data: {keep: "1", gone: "x"}
+  stages:
+    - {name: all, regions: {names: [region-1, region-2]}, maxParallel: 2}
+"#,
+        )
+        .await;
+    world
+        .wait_condition("collected", "Complete", PROGRESS)
+        .await;
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
+    let companion_name = format!("collected{COMPANION_SUFFIX}");
+    let backup = [
+        within("back up the target", maps.get("collected")).await,
+        within("back up the companion", maps.get(&companion_name)).await,
+    ];
+
+    let change = |data: serde_json::Value| async move {
+        let patch = serde_json::json!({"spec": {"data": data}});
+        within(
+            "change the data",
+            world
+                .rollouts()
+                .patch("collected", &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    };
+    change(serde_json::json!({"gone": null})).await;
+    let r2_stamp = eventually("r2 Complete and collectable", PROGRESS, || async {
+        let status = world.rollout("collected").await.status?;
+        let r2 = status.history.iter().find(|record| record.name == "r2")?;
+        (status.collected_through.as_ref() == Some(&r2.stamp)).then(|| r2.stamp.clone())
+    })
+    .await;
+    for region in ["region-1", "region-2"] {
+        let replica = companion_replica(world, region, "collected").await;
+        assert_eq!(
+            replica.tombstones(),
+            1,
+            "{region}: collected on the next write"
+        );
+    }
+
+    change(serde_json::json!({"keep": "2"})).await;
+    eventually("r3 Complete", PROGRESS, || async {
+        let status = world.rollout("collected").await.status?;
+        let complete = status.is_true("Complete") && status.revision.as_deref() == Some("r3");
+        complete.then_some(())
+    })
+    .await;
+    for region in ["region-1", "region-2"] {
+        let replica = companion_replica(world, region, "collected").await;
+        assert_eq!(replica.tombstones(), 0, "{region}");
+        assert_eq!(
+            replica.horizon().map(ToString::to_string),
+            Some(r2_stamp.clone()),
+            "{region}"
+        );
+        assert_eq!(
+            world.target_data(region, "collected").await,
+            Some(data(&[("keep", "2")]))
+        );
+    }
+
+    // The backup, restored by hand over both objects.
+    for restored in &backup {
+        let name = restored.metadata.name.clone().expect("named");
+        let mut current = within("read for the restore", maps.get(&name)).await;
+        current.data.clone_from(&restored.data);
+        current
+            .metadata
+            .annotations
+            .clone_from(&restored.metadata.annotations);
+        within(
+            "restore the backup",
+            maps.replace(&name, &PostParams::default(), &current),
+        )
+        .await;
+    }
+    assert_eq!(
+        world.target_data("region-1", "collected").await,
+        Some(data(&[("gone", "x"), ("keep", "1")])),
+        "the backup is back"
+    );
+    let restored = std::time::Instant::now();
+    eventually(
+        "the restored region is rebased",
+        IDLE_POLL + PROGRESS,
+        || async {
+            let data = world.target_data("region-1", "collected").await?;
+            (data == self::data(&[("keep", "2")])).then_some(())
+        },
+    )
+    .await;
+    eprintln!("restored backup rebased in {:?}", restored.elapsed());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        world.target_data("region-1", "collected").await,
+        Some(data(&[("keep", "2")])),
+        "the key stays deleted"
+    );
+    let replica = companion_replica(world, "region-1", "collected").await;
+    assert!(replica.get("gone").is_none());
+    assert_eq!(
+        phase_of(&world.rollout("collected").await).as_deref(),
+        Some("Complete")
+    );
 }
 
 /// The reconcile's own poll: a source edit picked up sooner was seen by the watch.
@@ -702,6 +848,7 @@ async fn controller_on_the_lab() {
     a_staged_rollout_waits_for_approval_then_completes(&world).await;
     a_new_revision_mid_rollout_supersedes_the_old(&world).await;
     two_rollouts_on_one_target_converge(&world).await;
+    a_collected_key_stays_deleted_when_a_stale_backup_is_restored(&world).await;
     a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
     drift_is_reverted_while_complete(&world).await;
     a_corrupted_companion_is_reported_and_the_other_regions_complete(&world).await;

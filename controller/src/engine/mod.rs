@@ -50,12 +50,12 @@ use crate::api::conditions::ROLLOUT_CONDITION_TYPES;
 use crate::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPhase};
 
 pub use actions::{Action, Decision, EventType, SampleTally};
+pub use conditions::reconcile_failed;
 pub use gate_windows::{GateSampleRequest, gates_due};
 pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,
 };
-pub use conditions::reconcile_failed;
 pub use settle::{ActOutcome, FailedRegion, settle};
 pub use tenancy::Grant;
 pub use validate::{SpecError, validate};
