@@ -7,9 +7,12 @@
   const outcome = document.getElementById("outcome");
   let pending = null;
 
+  // While someone types into a form of the live part (an approval's reason), updates
+  // wait, so that the form is not replaced under them; the latest is applied after.
   function editing() {
-    const active = document.activeElement;
-    return active && live.contains(active) && active.tagName === "INPUT" && active.value !== "";
+    return Array.prototype.some.call(live.querySelectorAll("input[type=text]"), function (input) {
+      return input.value !== "";
+    });
   }
 
   function apply(html) {
@@ -19,9 +22,10 @@
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
   }
 
-  document.addEventListener("focusout", function () {
-    if (pending !== null) { setTimeout(function () { if (pending !== null && !editing()) apply(pending); }, 0); }
-  });
+  function flush() {
+    if (pending !== null && !editing()) apply(pending);
+  }
+  document.addEventListener("input", flush);
 
   // Server-sent events driven by the dashboard's watch of the API server: each message
   // is the live part of the page, rendered by the server.
@@ -51,6 +55,8 @@
         outcome.hidden = false;
         outcome.className = "outcome " + (response.ok ? "ok" : "refused");
         outcome.textContent = text;
+        if (response.ok) form.reset();
+        flush();
       });
     }).catch(function (error) {
       outcome.hidden = false;
