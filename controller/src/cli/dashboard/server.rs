@@ -230,7 +230,17 @@ async fn route(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respons
         }
         (Method::GET, _) => match rollout_path(&path) {
             Some((namespace, name, None)) => {
-                let Some(rollout) = dashboard.store.get(&namespace, &name) else {
+                // The watch may not have listed it yet (just started): ask once.
+                let rollout = match dashboard.store.get(&namespace, &name) {
+                    Some(rollout) => Some(rollout),
+                    None => dashboard
+                        .hub
+                        .in_namespace(&namespace)
+                        .rollout(&name)
+                        .await
+                        .ok(),
+                };
+                let Some(rollout) = rollout else {
                     return html(
                         StatusCode::NOT_FOUND,
                         problem(
