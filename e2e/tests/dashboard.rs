@@ -465,9 +465,13 @@ async fn the_dashboard_in_a_real_browser() {
     );
     screenshot(&viewing, "5-rolled-back").await;
 
-    // History: the viewer may not read the stored revisions, and is told so; no value
-    // anywhere on the page.
-    within("reload the rollout page", viewing.open(&page)).await;
+    // History: the viewer may not read the stored revisions, and is told so; asking for
+    // the values shows none, nor anything else on the page.
+    within(
+        "ask for the values",
+        viewing.open(&format!("{page}?values=1")),
+    )
+    .await;
     let history = js(
         &viewing,
         "return document.querySelector('section.history').textContent;",
