@@ -488,6 +488,41 @@ async fn the_dashboard_in_a_real_browser() {
         "no configuration value on the page"
     );
 
+    // Whoever may read the stored revisions (the admin here) sees the key names, and the
+    // values only when asking for them.
+    let admin = Dashboard::start(&world, User::Admin).await;
+    let admin_page = format!("{}r/{TEAM}/{NAME}", admin.url);
+    within("the admin opens the rollout", viewing.open(&admin_page)).await;
+    let history = js(
+        &viewing,
+        "return document.querySelector('section.history').innerHTML;",
+    )
+    .await;
+    let history = history.as_str().unwrap_or_default();
+    assert!(
+        history.contains("<code>timeout_ms</code>") && history.contains("<code>banner</code>"),
+        "key names: {history}"
+    );
+    assert!(!history.contains(VALUE), "no value unless asked: {history}");
+    within(
+        "the admin clicks show values",
+        viewing.click("#show-values"),
+    )
+    .await;
+    let history = until(
+        &viewing,
+        "the values are shown",
+        CALL,
+        "const h = document.querySelector('section.history'); return h && h.textContent.includes('Hide them') && h.textContent;",
+    )
+    .await;
+    assert!(
+        history.as_str().unwrap_or_default().contains(VALUE),
+        "{history}"
+    );
+    screenshot(&viewing, "6-admin-history-values").await;
+    admin.child.stop();
+
     // The Rollouts page lists it, live.
     within("open the rollouts page", viewing.open(&viewer.url)).await;
     let list_load = load_figures(&viewing).await;
@@ -503,7 +538,7 @@ async fn the_dashboard_in_a_real_browser() {
         row.as_str().unwrap_or_default().contains("RolledBack"),
         "{row}"
     );
-    screenshot(&viewing, "6-rollouts").await;
+    screenshot(&viewing, "7-rollouts").await;
     let html = js(&viewing, "return document.documentElement.outerHTML;").await;
     assert!(!html.as_str().unwrap_or_default().contains(VALUE));
 
