@@ -24,6 +24,7 @@ pub mod manifests;
 mod process;
 pub mod prometheus;
 pub mod proxy;
+pub mod webdriver;
 mod workload;
 mod workload_controllers;
 

@@ -212,6 +212,24 @@ pub enum Command {
         )]
         digest_key_secret: String,
     },
+    /// A local web dashboard of the rollouts, live, with approve, abort, retry, pause and
+    /// resume: it acts with your kubeconfig only, and listens on loopback by default.
+    #[command(
+        after_help = "Without -n it shows every namespace you may list rollouts in (or, when you \
+                      may not list them cluster-wide, your context's namespace). Every page and \
+                      action is an API call made with your own credentials: the dashboard can show \
+                      and do exactly what you may. Actions need the token of a page it served \
+                      and a loopback Host, so that another website cannot drive it."
+    )]
+    Dashboard {
+        /// The port to listen on (0: any free port; the URL is printed).
+        #[arg(long, default_value_t = 3100)]
+        port: u16,
+        /// The address to listen on. Anything but loopback lets others on the network use
+        /// the dashboard with your credentials.
+        #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+        address: std::net::IpAddr,
+    },
     /// Check a ConfigRollout manifest offline with the controller's own validation.
     Lint {
         /// The YAML file (one or more documents).

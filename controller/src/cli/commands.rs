@@ -60,11 +60,30 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
             name,
             stage,
             reason,
-        } => hub().await?.approve(&name, stage, reason).await,
-        Command::Abort { name } => hub().await?.control(&name, ABORT_ANNOTATION).await,
-        Command::Retry { name } => hub().await?.control(&name, RETRY_ANNOTATION).await,
-        Command::Pause { name } => hub().await?.pause(&name, true).await,
-        Command::Resume { name } => hub().await?.pause(&name, false).await,
+        } => {
+            hub()
+                .await?
+                .approve(&name, stage, reason, &mut print_line)
+                .await
+        }
+        Command::Abort { name } => {
+            hub()
+                .await?
+                .control(&name, ABORT_ANNOTATION, &mut print_line)
+                .await
+        }
+        Command::Retry { name } => {
+            hub()
+                .await?
+                .control(&name, RETRY_ANNOTATION, &mut print_line)
+                .await
+        }
+        Command::Pause { name } => hub().await?.pause(&name, true, &mut print_line).await,
+        Command::Resume { name } => hub().await?.pause(&name, false, &mut print_line).await,
+        Command::Dashboard { port, address } => {
+            let namespaced = cli.global.namespace.is_some();
+            super::dashboard::run(hub().await?, namespaced, address, port).await
+        }
         Command::Diff {
             name,
             from,
@@ -116,6 +135,14 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
+/// How the commands that act (approve, abort, retry, pause, resume) say what happened:
+/// the plugin prints each line, the dashboard collects them for the page.
+pub(super) type Say<'a> = dyn FnMut(String) + Send + 'a;
+
+fn print_line(line: String) {
+    println!("{line}");
+}
+
 /// A region as the caller reaches it: its name and the caller's kubeconfig there.
 struct RegionAccess {
     region: String,
@@ -165,13 +192,22 @@ async fn load_config(
 }
 
 /// The hub as the caller sees it: a client on their kubeconfig and the namespace.
-struct Hub {
-    client: Client,
-    namespace: String,
-    timeout: Duration,
+pub(super) struct Hub {
+    pub(super) client: Client,
+    pub(super) namespace: String,
+    pub(super) timeout: Duration,
 }
 
 impl Hub {
+    /// The same caller in another namespace.
+    pub(super) fn in_namespace(&self, namespace: &str) -> Hub {
+        Hub {
+            client: self.client.clone(),
+            namespace: namespace.to_owned(),
+            timeout: self.timeout,
+        }
+    }
+
     async fn connect(global: &GlobalArgs) -> Result<Hub, CliError> {
         let config = load_config(global.kubeconfig.as_deref(), global.context.clone()).await?;
         let namespace = global
@@ -187,7 +223,7 @@ impl Hub {
     }
 
     /// One request, bounded by `--request-timeout`.
-    async fn call<T>(
+    pub(super) async fn call<T>(
         &self,
         what: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
@@ -205,7 +241,7 @@ impl Hub {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    async fn rollout(&self, name: &str) -> Result<ConfigRollout, CliError> {
+    pub(super) async fn rollout(&self, name: &str) -> Result<ConfigRollout, CliError> {
         let what = format!("reading configrollout {}/{name}", self.namespace);
         match self.call(&what, self.rollouts().get(name)).await {
             Err(CliError::Api { code: 404, .. }) => Err(CliError::Message(format!(
@@ -338,7 +374,7 @@ impl Hub {
     }
 
     /// The caller's user name, as the hub authenticates them.
-    async fn whoami(&self) -> Result<String, CliError> {
+    pub(super) async fn whoami(&self) -> Result<String, CliError> {
         self.whoami_on(&self.client, "the API server").await
     }
 
@@ -364,18 +400,15 @@ impl Hub {
             })
     }
 
-    /// `diff`: the keys two stored revisions differ in, read with the caller's RBAC.
-    async fn diff(
+    /// The rollout's stored revisions (ControllerRevisions), read with the caller's RBAC:
+    /// whoever may not read them is told so.
+    pub(super) async fn revisions(
         &self,
-        name: &str,
-        from: Option<String>,
-        to: Option<String>,
-        show_values: bool,
-        region: Option<RegionAccess>,
-    ) -> Result<u8, CliError> {
-        let rollout = self.rollout(name).await?;
+        rollout: &ConfigRollout,
+    ) -> Result<BTreeMap<String, RevisionState>, CliError> {
+        let name = rollout.name_any();
         let store = RevisionStore::new(self.client.clone(), &self.namespace);
-        let revisions = match tokio::time::timeout(self.timeout, store.load(&rollout)).await {
+        let revisions = match tokio::time::timeout(self.timeout, store.load(rollout)).await {
             Err(_) => {
                 return Err(CliError::Timeout {
                     what: "reading the revisions (ControllerRevisions)".to_owned(),
@@ -398,6 +431,20 @@ impl Hub {
             }
             Ok(Ok(revisions)) => revisions,
         };
+        Ok(revisions)
+    }
+
+    /// `diff`: the keys two stored revisions differ in, read with the caller's RBAC.
+    async fn diff(
+        &self,
+        name: &str,
+        from: Option<String>,
+        to: Option<String>,
+        show_values: bool,
+        region: Option<RegionAccess>,
+    ) -> Result<u8, CliError> {
+        let rollout = self.rollout(name).await?;
+        let revisions = self.revisions(&rollout).await?;
         let number = |revision: &str| -> Option<u64> {
             revision.strip_prefix('r').unwrap_or(revision).parse().ok()
         };
@@ -647,11 +694,12 @@ impl Hub {
         Ok(EXIT_COMPLETE)
     }
 
-    async fn approve(
+    pub(super) async fn approve(
         &self,
         name: &str,
         stage: Option<String>,
         reason: Option<String>,
+        say: &mut Say<'_>,
     ) -> Result<u8, CliError> {
         let rollout = self.rollout(name).await?;
         let awaiting = render::awaiting_approval(&rollout);
@@ -720,18 +768,23 @@ impl Hub {
             }
             other => other?,
         };
-        println!(
+        say(format!(
             "stageapproval {}/{} created: {approver} approves stage {stage} of revision {} of {name}",
             self.namespace,
             created.name_any(),
             created.spec.revision
-        );
+        ));
         Ok(EXIT_COMPLETE)
     }
 
     /// Abort or retry: sets the annotation to now, then shows what the controller made of
     /// it.
-    async fn control(&self, name: &str, annotation: &str) -> Result<u8, CliError> {
+    pub(super) async fn control(
+        &self,
+        name: &str,
+        annotation: &str,
+        say: &mut Say<'_>,
+    ) -> Result<u8, CliError> {
         if annotation == RETRY_ANNOTATION {
             // A retry resumes only a halt older than the request: refuse what cannot act,
             // and date the request after the halt (the annotation counts in seconds).
@@ -766,10 +819,10 @@ impl Hub {
         } else {
             "retry"
         };
-        println!(
+        say(format!(
             "{verb} requested for configrollout {}/{name} at {at} ({annotation})",
             self.namespace
-        );
+        ));
         let started = Instant::now();
         loop {
             let rollout = self.rollout(name).await?;
@@ -786,12 +839,12 @@ impl Hub {
                 acted(control.and_then(|c| c.retry_at.as_ref()))
             };
             if refused {
-                println!("the controller refused the retry (see the ControlRefused event)");
+                say("the controller refused the retry (see the ControlRefused event)".to_owned());
                 return Ok(EXIT_FAILED);
             }
             if done {
                 let waiting = render::waiting_on(&rollout);
-                println!(
+                say(format!(
                     "the controller acted on it: {} is {}; waiting on {}",
                     name,
                     rollout
@@ -800,11 +853,11 @@ impl Hub {
                         .and_then(|s| s.phase)
                         .map_or_else(|| "-".to_owned(), |p| format!("{p:?}")),
                     waiting.what
-                );
+                ));
                 return Ok(EXIT_COMPLETE);
             }
             if started.elapsed() >= CONTROL_WAIT {
-                println!(
+                say(format!(
                     "the controller has not acted on it within {CONTROL_WAIT:?} \
                      (is it running? a retry dated before the halt, by a clock behind the \
                      controller's, never acts); it is {}",
@@ -813,21 +866,26 @@ impl Hub {
                         .as_ref()
                         .and_then(|s| s.phase)
                         .map_or_else(|| "without status".to_owned(), |p| format!("{p:?}"))
-                );
+                ));
                 return Ok(EXIT_COMPLETE);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
-    async fn pause(&self, name: &str, paused: bool) -> Result<u8, CliError> {
+    pub(super) async fn pause(
+        &self,
+        name: &str,
+        paused: bool,
+        say: &mut Say<'_>,
+    ) -> Result<u8, CliError> {
         let patch = serde_json::json!({ "spec": { "paused": paused } });
         let what = format!(
             "patching spec.paused of configrollout {}/{name}",
             self.namespace
         );
         let rollout = self.patch(name, &what, &patch).await?;
-        println!(
+        say(format!(
             "configrollout {}/{name} {}: spec.paused is {}; phase {}",
             self.namespace,
             if paused { "paused" } else { "resumed" },
@@ -837,7 +895,7 @@ impl Hub {
                 .as_ref()
                 .and_then(|s| s.phase)
                 .map_or_else(|| "-".to_owned(), |p| format!("{p:?}")),
-        );
+        ));
         Ok(EXIT_COMPLETE)
     }
 

@@ -2,10 +2,12 @@
 //! rollouts, on the caller's own kubeconfig and identity.
 //!
 //! `args` is the command line, `commands` the API calls each command makes (every one
-//! bounded by `--request-timeout`), and `render` what they print, as pure functions.
+//! bounded by `--request-timeout`), `render` what they print, as pure functions, and
+//! `dashboard` the local web UI (`kubectl configrollout dashboard`).
 
 mod args;
 mod commands;
+pub mod dashboard;
 pub mod render;
 
 pub use args::{Cli, Command, GlobalArgs, OutputFormat};

@@ -5,7 +5,8 @@
 //! each region's ConfigMap. Then a second revision carries a bad value behind an
 //! error-rate gate: the canary's workload loads it and fails requests, Prometheus sees
 //! it, the gate fails and the revision is rolled back. `--keep` leaves everything
-//! running until Ctrl-C.
+//! running until Ctrl-C. The dashboard (`kubectl configrollout dashboard`, as
+//! approver-alice) runs throughout; its URL is printed at the start.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -104,6 +105,13 @@ async fn demo(keep: bool) -> DemoResult<()> {
         )
         .map_err(|e| e.to_string())?;
 
+    // The dashboard, as people run it: the plugin on approver-alice's own kubeconfig.
+    let (dashboard, dashboard_url) = start_dashboard(&lab).await?;
+    println!(
+        "\nkubectl configrollout dashboard (as approver-alice): {dashboard_url}\n\
+         open it to watch the rollout region by region while the demo runs\n"
+    );
+
     println!("\nkubectl apply -f - <<EOF{EXAMPLE}EOF\n");
     let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
     let rollout: ConfigRollout = serde_yaml::from_str(EXAMPLE).map_err(|e| e.to_string())?;
@@ -176,9 +184,11 @@ async fn demo(keep: bool) -> DemoResult<()> {
 
     if keep {
         println!("\n{}", lab.describe());
+        println!("Dashboard (as approver-alice): {dashboard_url}");
         println!("Everything keeps running; Ctrl-C stops it.");
         let _ = tokio::signal::ctrl_c().await;
     }
+    dashboard.stop();
     controller.stop();
     drop(lab);
     println!("\nDone: the lab and the controller are stopped.");
@@ -239,6 +249,40 @@ async fn watch_until(rollouts: &Api<ConfigRollout>, phase: &str) -> DemoResult<(
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `kubectl configrollout dashboard --port 0` as approver-alice beside the lab (it dies
+/// with the lab), and the URL it prints.
+async fn start_dashboard(lab: &Lab) -> DemoResult<(configrollout_e2e::LabChild, String)> {
+    let kubeconfig = lab
+        .kubeconfig(HUB, User::ApproverAlice)
+        .map_err(|e| e.to_string())?;
+    let child = lab
+        .spawn(
+            "dashboard",
+            &sibling("lab-plugin")?,
+            &["dashboard", "--port", "0"].map(OsString::from),
+            &[("KUBECONFIG".to_owned(), kubeconfig.into_os_string())],
+        )
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    loop {
+        let log = child.log();
+        if let Some(start) = log.find("http://") {
+            let url: String = log[start..]
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .collect();
+            return Ok((child, url));
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "the dashboard printed no URL within 30s: {}",
+                child.log_tail(10)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

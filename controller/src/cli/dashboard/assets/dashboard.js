@@ -1,0 +1,67 @@
+// kubectl configrollout dashboard: live updates and actions. Embedded in the binary.
+"use strict";
+(function () {
+  const token = document.querySelector('meta[name="dashboard-token"]').content;
+  const live = document.getElementById("live");
+  const badge = document.getElementById("connection");
+  const outcome = document.getElementById("outcome");
+  let pending = null;
+
+  // While someone types into a form of the live part (an approval's reason), updates
+  // wait, so that the form is not replaced under them; the latest is applied after.
+  function editing() {
+    return Array.prototype.some.call(live.querySelectorAll("input[type=text]"), function (input) {
+      return input.value !== "";
+    });
+  }
+
+  function apply(html) {
+    if (editing()) { pending = html; return; }
+    pending = null;
+    live.innerHTML = html;
+    document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  }
+
+  function flush() {
+    if (pending !== null && !editing()) apply(pending);
+  }
+  document.addEventListener("input", flush);
+
+  // Server-sent events driven by the dashboard's watch of the API server: each message
+  // is the live part of the page, rendered by the server.
+  if (live && live.dataset.stream && window.EventSource) {
+    const source = new EventSource(live.dataset.stream);
+    source.onopen = function () { badge.textContent = "live"; badge.className = "connection live"; };
+    source.onerror = function () { badge.textContent = "reconnecting"; badge.className = "connection lost"; };
+    source.onmessage = function (message) { apply(message.data); };
+  }
+
+  // Actions: posted with the page's token; the answer (or the API server's refusal)
+  // is shown as is.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (!form.classList.contains("action")) return;
+    event.preventDefault();
+    const button = form.querySelector("button");
+    if (button) button.disabled = true;
+    const body = new URLSearchParams(new FormData(form)).toString();
+    fetch(form.getAttribute("action"), {
+      method: "POST",
+      headers: { "X-Dashboard-Token": token, "Content-Type": "application/x-www-form-urlencoded" },
+      body: body,
+      credentials: "same-origin",
+    }).then(function (response) {
+      return response.text().then(function (text) {
+        outcome.hidden = false;
+        outcome.className = "outcome " + (response.ok ? "ok" : "refused");
+        outcome.textContent = text;
+        if (response.ok) form.reset();
+        flush();
+      });
+    }).catch(function (error) {
+      outcome.hidden = false;
+      outcome.className = "outcome refused";
+      outcome.textContent = "the dashboard did not answer: " + error;
+    }).finally(function () { if (button) button.disabled = false; });
+  });
+})();
