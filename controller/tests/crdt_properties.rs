@@ -713,6 +713,20 @@ impl SharedRollout {
     }
 }
 
+/// What the rollout `index` reads of every other rollout of the target.
+fn progress_of_others(
+    writers: &[SharedRollout],
+    index: usize,
+    regions: &[Replica],
+) -> Vec<WriterProgress> {
+    writers
+        .iter()
+        .enumerate()
+        .filter(|(other, _)| *other != index)
+        .map(|(_, other)| other.progress(regions))
+        .collect()
+}
+
 fn live_owned(replica: &Replica) -> BTreeMap<String, String> {
     replica
         .live_iter()
@@ -795,12 +809,7 @@ proptest! {
                     if !replicas.iter().all(|region| writers[index].holds(region, latest)) {
                         continue;
                     }
-                    let others: Vec<WriterProgress> = writers
-                        .iter()
-                        .enumerate()
-                        .filter(|(other, _)| *other != index)
-                        .map(|(_, other)| other.progress(&replicas))
-                        .collect();
+                    let others = progress_of_others(&writers, index, &replicas);
                     let own = writers[index].revisions[latest].stamp.clone();
                     if let Some(point) = collection_point(&own, &others) {
                         let recorded = &mut writers[index].collected_through;
@@ -835,12 +844,7 @@ proptest! {
         }
         for index in 0..rollouts {
             let Some(latest) = writers[index].revisions.last() else { continue };
-            let others: Vec<WriterProgress> = writers
-                .iter()
-                .enumerate()
-                .filter(|(other, _)| *other != index)
-                .map(|(_, other)| other.progress(&replicas))
-                .collect();
+            let others = progress_of_others(&writers, index, &replicas);
             prop_assert!(others.iter().all(|other| *other == WriterProgress::CaughtUp));
             let point = collection_point(&latest.stamp, &others);
             prop_assert_eq!(point.as_ref(), Some(&latest.stamp));

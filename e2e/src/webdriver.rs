@@ -142,8 +142,8 @@ impl Session {
         .await
     }
 
-    /// Clicks the element `css` selects, as a user would (WebDriver element click).
-    pub async fn click(&self, css: &str) -> Result<(), WebDriverError> {
+    /// The WebDriver id of the element `css` selects.
+    async fn element(&self, css: &str) -> Result<String, WebDriverError> {
         let element = self
             .post(
                 "find element",
@@ -151,15 +151,20 @@ impl Session {
                 json!({"using": "css selector", "value": css}),
             )
             .await?;
-        let id = element
+        element
             .as_object()
             .and_then(|object| object.values().next())
             .and_then(Value::as_str)
+            .map(str::to_owned)
             .ok_or_else(|| WebDriverError::Answer {
                 what: format!("find {css}"),
                 answer: element.to_string(),
-            })?
-            .to_owned();
+            })
+    }
+
+    /// Clicks the element `css` selects, as a user would (WebDriver element click).
+    pub async fn click(&self, css: &str) -> Result<(), WebDriverError> {
+        let id = self.element(css).await?;
         self.post("click", &format!("/element/{id}/click"), json!({}))
             .await
             .map(|_| ())
@@ -167,19 +172,7 @@ impl Session {
 
     /// Types `text` into the element `css` selects.
     pub async fn type_into(&self, css: &str, text: &str) -> Result<(), WebDriverError> {
-        let element = self
-            .post(
-                "find element",
-                "/element",
-                json!({"using": "css selector", "value": css}),
-            )
-            .await?;
-        let id = element
-            .as_object()
-            .and_then(|object| object.values().next())
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let id = self.element(css).await?;
         self.post(
             "type",
             &format!("/element/{id}/value"),

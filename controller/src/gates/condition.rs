@@ -52,7 +52,8 @@ impl Comparison {
         }
     }
 
-    fn symbol(self) -> &'static str {
+    /// How the grammar spells it (`<`, `>=`, ...).
+    pub fn symbol(self) -> &'static str {
         match self {
             Comparison::Lt => "<",
             Comparison::Le => "<=",

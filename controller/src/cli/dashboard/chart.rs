@@ -48,17 +48,6 @@ pub fn thresholds(condition: &str) -> Vec<(Comparison, f64)> {
     out
 }
 
-fn symbol(op: Comparison) -> &'static str {
-    match op {
-        Comparison::Lt => "<",
-        Comparison::Le => "<=",
-        Comparison::Gt => ">",
-        Comparison::Ge => ">=",
-        Comparison::Eq => "==",
-        Comparison::Ne => "!=",
-    }
-}
-
 fn value_of(sample: &GateSample) -> Option<f64> {
     sample
         .value
@@ -138,7 +127,7 @@ pub fn gate_chart(gate: &GateStatus, condition: Option<&str>) -> String {
             LEFT + plot_width,
             LEFT + plot_width - 2.0,
             at - 3.0,
-            escape(&format!("result {} {}", symbol(*op), short(*threshold)))
+            escape(&format!("result {} {}", op.symbol(), short(*threshold)))
         );
     }
     let line: Vec<String> = gate
