@@ -37,6 +37,8 @@ pub async fn write_override(
         adopt: false,
         // A person's override, not a controller's: no Lease to hold.
         may_write: &|| true,
+        // A person retries by hand; nothing counts conflicts here.
+        on_conflict: &|| {},
     };
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,
