@@ -752,7 +752,7 @@ spec:
     assert_eq!(after, settled, "back to the counts before it");
 }
 
-/// Other writers racing the controller on a region's companion ConfigMap: its writes
+/// Other writers racing the controller on a region's ConfigMaps: the controller's writes
 /// carry the resourceVersion they were planned from, so the region refuses them (409),
 /// the controller reads again, counts each in
 /// `configrollout_region_writes_total{result="conflict"}`, and the revision still lands.
@@ -782,9 +782,11 @@ spec:
     let conflicts = "configrollout_region_writes_total{result=\"conflict\"}";
     let before = sample(&scrape(metrics_url).await, conflicts);
 
-    // Writers bump the companion's resourceVersion every few milliseconds (a label only:
-    // its state is untouched), until the controller has met them. Not faster: a saturated
-    // apiserver answers the controller's reads late.
+    // Writers bump the resourceVersions of the companion and the target every few
+    // milliseconds (a label only: state and data are untouched), until the controller has
+    // met them. A conflict on the target, the second write of a merge, leaves the
+    // companion ahead of it: the revision must still reach the target. Not faster: a
+    // saturated apiserver answers the controller's reads late.
     let stop = Arc::new(AtomicBool::new(false));
     let pokes = Arc::new(AtomicU64::new(0));
     let companion = format!("contended{COMPANION_SUFFIX}");
@@ -800,9 +802,14 @@ spec:
                         "metadata": {"labels": {"lab-poke": format!("{racer}-{writes}")}}
                     });
                     // The lab may go away under a racer when the test fails elsewhere.
+                    let object = if writes % 2 == 0 {
+                        companion.as_str()
+                    } else {
+                        "contended"
+                    };
                     let poked = tokio::time::timeout(
                         CALL,
-                        maps.patch(&companion, &PatchParams::default(), &Patch::Merge(&poke)),
+                        maps.patch(object, &PatchParams::default(), &Patch::Merge(&poke)),
                     )
                     .await;
                     if !matches!(poked, Ok(Ok(_))) {
