@@ -802,7 +802,7 @@ spec:
                         "metadata": {"labels": {"lab-poke": format!("{racer}-{writes}")}}
                     });
                     // The lab may go away under a racer when the test fails elsewhere.
-                    let object = if writes % 2 == 0 {
+                    let object = if writes.is_multiple_of(2) {
                         companion.as_str()
                     } else {
                         "contended"
