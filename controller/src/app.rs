@@ -20,12 +20,13 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
+use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
-use crate::leader::{LeaderElector, LeaderState, LeaseConfig, default_identity};
+use crate::leader::{LeaderElector, LeaderError, LeaderState, LeaseConfig, default_identity};
 use crate::reconcile::{
     self, Context, HubError, ReconcileError, WriteFence, region_status, triggers,
 };
@@ -45,9 +46,6 @@ const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    /// A command-line option is wrong.
-    #[error("{0}")]
-    Usage(String),
     /// Logging, probe server or signal set-up failed.
     #[error("start-up: {0}")]
     Startup(String),
@@ -66,151 +64,214 @@ pub enum AppError {
     },
 }
 
-/// Command-line options (each also settable through a `CONFIGROLLOUT_*` variable).
-#[derive(Debug, Clone, PartialEq)]
+fn duration(text: &str) -> Result<Duration, String> {
+    crate::api::parse_duration(text).map_err(|error| error.to_string())
+}
+
+fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(number) if number > 0 => Ok(number),
+        _ => Err("expected a positive whole number".to_owned()),
+    }
+}
+
+fn log_format(text: &str) -> Result<LogFormat, String> {
+    text.parse()
+        .map_err(|error: crate::telemetry::TelemetryError| error.to_string())
+}
+
+/// Command-line options. Each is also read from the `CONFIGROLLOUT_*` variable its help
+/// names (the flag's name in capitals, `-` as `_`); a flag given wins over its variable.
+#[derive(Debug, Clone, PartialEq, clap::Parser)]
+#[command(
+    name = CONTROLLER_NAME,
+    version,
+    about = "Rolls out ConfigRollouts across regional Kubernetes clusters, stage by stage, \
+             from the hub cluster of its kubeconfig (or in-cluster configuration)",
+    after_help = "Serves /healthz, /readyz and /metrics on --probe-addr. Exit codes: 0 after \
+                  SIGTERM or SIGINT, 1 when it cannot start or fails, 2 for a wrong command \
+                  line or variable."
+)]
 pub struct Options {
-    /// Namespace of the Lease and the digest key Secret.
+    /// Namespace of the Lease, the digest key Secret and the Region kubeconfig Secrets.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_NAMESPACE",
+        hide_env_values = true,
+        value_name = "NAMESPACE",
+        default_value = "configrollout-system"
+    )]
     pub namespace: String,
-    /// Name of the Lease.
+    /// Name of the leader election Lease.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_LEASE_NAME",
+        hide_env_values = true,
+        value_name = "NAME",
+        default_value = CONTROLLER_NAME
+    )]
     pub lease_name: String,
-    /// Our identity in the Lease.
+    /// Our identity in the Lease [default: $POD_NAME, else <hostname>-<pid>].
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_IDENTITY",
+        hide_env_values = true,
+        value_name = "IDENTITY",
+        default_value_t = default_identity(),
+        hide_default_value = true
+    )]
     pub identity: String,
-    /// Whether to elect a leader (off: this process always leads).
+    /// Whether to elect a leader among replicas (false: this process always leads).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_LEADER_ELECTION",
+        hide_env_values = true,
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = true,
+        default_missing_value = "true"
+    )]
     pub leader_election: bool,
-    /// Address of `/healthz`, `/readyz`, `/metrics`.
+    /// Address of `/healthz`, `/readyz` and `/metrics`.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_PROBE_ADDR",
+        hide_env_values = true,
+        value_name = "ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
     pub probe_addr: SocketAddr,
-    /// Log format.
+    /// Log format: text or json.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_LOG_FORMAT",
+        hide_env_values = true,
+        value_name = "FORMAT",
+        default_value = "text",
+        value_parser = log_format
+    )]
     pub log_format: LogFormat,
-    /// Default log filter (`RUST_LOG` wins).
+    /// Default log filter, in tracing's EnvFilter syntax (RUST_LOG wins when set).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_LOG_FILTER",
+        hide_env_values = true,
+        value_name = "FILTER",
+        default_value = "info"
+    )]
     pub log_filter: String,
-    /// Prometheus for regions that name none.
+    /// Prometheus for the gates of regions that name none (empty: none).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_PROMETHEUS_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub prometheus_url: Option<String>,
-    /// Bounds on every Prometheus answer (`--prometheus-max-response-bytes`,
-    /// `--prometheus-max-series`); an answer over them is an Inconclusive sample.
-    pub prometheus_limits: ResponseLimits,
+    /// Largest Prometheus answer accepted, in bytes; a larger one is an Inconclusive sample.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_PROMETHEUS_MAX_RESPONSE_BYTES",
+        hide_env_values = true,
+        value_name = "BYTES",
+        default_value_t = ResponseLimits::DEFAULT_MAX_BYTES,
+        value_parser = positive,
+        allow_negative_numbers = true
+    )]
+    pub prometheus_max_response_bytes: usize,
+    /// Most series a gate query may return; more is an Inconclusive sample.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_PROMETHEUS_MAX_SERIES",
+        hide_env_values = true,
+        value_name = "COUNT",
+        default_value_t = ResponseLimits::DEFAULT_MAX_SERIES,
+        value_parser = positive,
+        allow_negative_numbers = true
+    )]
+    pub prometheus_max_series: usize,
     /// Secret holding the digest key (created with a random key when absent).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_DIGEST_KEY_SECRET",
+        hide_env_values = true,
+        value_name = "NAME",
+        default_value = "configrollout-digest-key"
+    )]
     pub digest_key_secret: String,
-    /// Lease duration.
+    /// Lease duration (e.g. 15s, 1m).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_LEASE_DURATION",
+        hide_env_values = true,
+        value_name = "DURATION",
+        default_value = "15s",
+        value_parser = duration
+    )]
     pub lease_duration: Duration,
     /// Let Region kubeconfigs run commands, read the controller's files and skip TLS
-    /// verification (off: they may not; see `CredentialPolicy`).
+    /// verification (false: they may not).
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_ALLOW_UNSAFE_KUBECONFIG",
+        hide_env_values = true,
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
     pub allow_unsafe_kubeconfig: bool,
-    /// Require four-eyes approvals on every rollout, whatever its `spec.fourEyes`.
+    /// Require four-eyes approvals on every rollout, whatever its spec.fourEyes.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_FOUR_EYES",
+        hide_env_values = true,
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
     pub four_eyes: bool,
 }
 
 impl Options {
-    /// Parses `--flag value` pairs (and `--flag=value`), falling back to environment
-    /// variables and then defaults.
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, AppError> {
-        let mut given: BTreeMap<String, String> = BTreeMap::new();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let Some(flag) = arg.strip_prefix("--") else {
-                return Err(AppError::Usage(format!("unexpected argument {arg:?}")));
-            };
-            let (name, value) = match flag.split_once('=') {
-                Some((name, value)) => (name.to_owned(), value.to_owned()),
-                None => {
-                    let value = args
-                        .next()
-                        .ok_or_else(|| AppError::Usage(format!("--{flag} needs a value")))?;
-                    (flag.to_owned(), value)
-                }
-            };
-            given.insert(name, value);
-        }
-        let mut take = |name: &str, default: &str| {
-            given.remove(name).unwrap_or_else(|| {
-                let variable = format!("CONFIGROLLOUT_{}", name.to_uppercase().replace('-', "_"));
-                std::env::var(variable).unwrap_or_else(|_| default.to_owned())
-            })
-        };
-        let namespace = take("namespace", "configrollout-system");
-        let lease_name = take("lease-name", CONTROLLER_NAME);
-        let identity = take("identity", &default_identity());
-        let leader_election = parse_bool("leader-election", &take("leader-election", "true"))?;
-        let probe_addr = take("probe-addr", "0.0.0.0:8080")
-            .parse()
-            .map_err(|e| AppError::Usage(format!("--probe-addr: {e}")))?;
-        let log_format = take("log-format", "text")
-            .parse()
-            .map_err(|e| AppError::Usage(format!("--log-format: {e}")))?;
-        let log_filter = take("log-filter", "info");
-        let prometheus_url = Some(take("prometheus-url", "")).filter(|url| !url.is_empty());
-        let prometheus_limits = ResponseLimits {
-            max_bytes: parse_positive(
-                "prometheus-max-response-bytes",
-                &take(
-                    "prometheus-max-response-bytes",
-                    &ResponseLimits::DEFAULT_MAX_BYTES.to_string(),
-                ),
-            )?,
-            max_series: parse_positive(
-                "prometheus-max-series",
-                &take(
-                    "prometheus-max-series",
-                    &ResponseLimits::DEFAULT_MAX_SERIES.to_string(),
-                ),
-            )?,
-        };
-        let digest_key_secret = take("digest-key-secret", "configrollout-digest-key");
-        let lease_duration = crate::api::parse_duration(&take("lease-duration", "15s"))
-            .map_err(|e| AppError::Usage(format!("--lease-duration: {e}")))?;
-        let allow_unsafe_kubeconfig = parse_bool(
-            "allow-unsafe-kubeconfig",
-            &take("allow-unsafe-kubeconfig", "false"),
-        )?;
-        let four_eyes = parse_bool("four-eyes", &take("four-eyes", "false"))?;
-        if let Some(unknown) = given.keys().next() {
-            return Err(AppError::Usage(format!("unknown option --{unknown}")));
-        }
-        Ok(Options {
-            namespace,
-            lease_name,
-            identity,
-            leader_election,
-            probe_addr,
-            log_format,
-            log_filter,
-            prometheus_url,
-            prometheus_limits,
-            digest_key_secret,
-            lease_duration,
-            allow_unsafe_kubeconfig,
-            four_eyes,
-        })
+    /// Parses the command line `args` (the program's name first), falling back to the
+    /// `CONFIGROLLOUT_*` variables and then the defaults. An empty `--prometheus-url` is
+    /// none. The error prints itself as clap does: usage, and exit code 2 (0 for `--help`
+    /// and `--version`).
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut options = <Options as clap::Parser>::try_parse_from(args)?;
+        options.prometheus_url = options.prometheus_url.filter(|url| !url.trim().is_empty());
+        Ok(options)
     }
-}
 
-fn parse_bool(flag: &str, value: &str) -> Result<bool, AppError> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(AppError::Usage(format!(
-            "--{flag}: expected true or false, got {other:?}"
-        ))),
-    }
-}
-
-fn parse_positive(flag: &str, value: &str) -> Result<usize, AppError> {
-    match value.parse::<usize>() {
-        Ok(number) if number > 0 => Ok(number),
-        _ => Err(AppError::Usage(format!(
-            "--{flag}: expected a positive whole number, got {value:?}"
-        ))),
+    /// Bounds on every Prometheus answer (`--prometheus-max-response-bytes`,
+    /// `--prometheus-max-series`); an answer over them is an Inconclusive sample.
+    pub fn prometheus_limits(&self) -> ResponseLimits {
+        ResponseLimits {
+            max_bytes: self.prometheus_max_response_bytes,
+            max_series: self.prometheus_max_series,
+        }
     }
 }
 
 /// The whole program: options from the command line, a runtime, [`run`]; exit code 2 for
-/// bad usage, 1 for a failure.
+/// bad usage (with the usage printed), 1 for a failure.
 pub fn main() -> std::process::ExitCode {
     use std::process::ExitCode;
-    let options = match Options::parse(std::env::args().skip(1)) {
+    let options = match Options::parse_args(std::env::args_os()) {
         Ok(options) => options,
         Err(error) => {
-            eprintln!("{CONTROLLER_NAME}: {error}");
-            return ExitCode::from(2);
+            // --help and --version go to stdout and exit 0; mistakes to stderr, exit 2.
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -252,6 +313,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         (LeaderState::always_leading(), None)
     };
     let metrics = Arc::new(Metrics::new());
+    metrics.follow_leader(leader.clone());
     let health = Health::new(leader.clone());
     let listener = health::bind(options.probe_addr)
         .await
@@ -266,7 +328,11 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         ServerLimits::default(),
         stop_election.clone(),
     ));
-    let election = elector.map(|elector| tokio::spawn(elector.run(stop_election.clone())));
+    let mut tasks = Tasks {
+        election: elector.map(|elector| tokio::spawn(elector.run(stop_election.clone()))),
+        work: None,
+        probe: None,
+    };
 
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
@@ -293,7 +359,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         gates: Arc::new(PrometheusProvider::new(
             http,
             options.prometheus_url.clone(),
-            options.prometheus_limits,
+            options.prometheus_limits(),
         )),
         recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
         fence: WriteFence::new(leader.clone(), metrics.clone()),
@@ -313,10 +379,25 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     .map_err(|e| AppError::Hub(e.to_string()))?;
     health.mark_caches_synced();
 
-    let mut probe = tokio::spawn(probe_regions(ctx.clone(), stop_work.clone()));
-    let mut work = tokio::spawn(lead_and_work(ctx, watch_hub, leader, stop_work.clone()));
+    tasks.probe = Some(tokio::spawn(probe_regions(ctx.clone(), stop_work.clone())));
+    tasks.work = Some(tokio::spawn(lead_and_work(
+        ctx,
+        watch_hub,
+        leader,
+        stop_work.clone(),
+    )));
 
-    let signal = signals.recv().await;
+    // Until a signal, every task runs for good: one that ends has failed, and the process
+    // can no longer do its work. /healthz says so, and the kubelet restarts the pod
+    // (stopping it with SIGTERM, so the Lease is still released below).
+    let signal = tokio::select! {
+        signal = signals.recv() => signal,
+        reason = tasks.first_to_end() => {
+            tracing::error!(reason, "a task the controller needs ended: /healthz fails until the process is restarted");
+            health.mark_dead(reason);
+            signals.recv().await
+        }
+    };
     tracing::info!(signal = signal.as_str(), "stopping: no new work");
     health.mark_stopping();
     stop_work.cancel();
@@ -326,8 +407,8 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     tokio::select! {
         biased;
         () = async {
-            let _ = (&mut work).await;
-            let _ = (&mut probe).await;
+            let _ = join(&mut tasks.work).await;
+            let _ = join(&mut tasks.probe).await;
         } => {}
         () = tokio::time::sleep(WORK_STOP_GRACE) => {
             tracing::warn!(grace = ?WORK_STOP_GRACE, "reconciles still running: abandoned");
@@ -336,12 +417,13 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             tracing::warn!(signal = signal.as_str(), "second signal: reconciles abandoned");
         }
     }
-    work.abort();
-    probe.abort();
-    let _ = work.await;
-    let _ = probe.await;
+    for task in [&tasks.work, &tasks.probe].into_iter().flatten() {
+        task.abort();
+    }
+    let _ = join(&mut tasks.work).await;
+    let _ = join(&mut tasks.probe).await;
     stop_election.cancel();
-    if let Some(election) = election {
+    if let Some(election) = tasks.election.take() {
         match tokio::time::timeout(RELEASE_GRACE, election).await {
             Err(_) => tracing::warn!(grace = ?RELEASE_GRACE, "Lease not released in time"),
             Ok(Ok(Err(error))) => tracing::warn!(%error, "Lease not released"),
@@ -357,6 +439,49 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The long-running tasks of the process. Each runs until the process stops; a slot is
+/// emptied once its task has ended (and been joined).
+struct Tasks {
+    /// [`lead_and_work`].
+    work: Option<JoinHandle<()>>,
+    /// [`probe_regions`].
+    probe: Option<JoinHandle<()>>,
+    /// The leader elector, when elections are on.
+    election: Option<JoinHandle<Result<(), LeaderError>>>,
+}
+
+impl Tasks {
+    /// Resolves when one of the tasks ends, with the reason `/healthz` then gives (a
+    /// fixed phrase). Never resolves while they all run, or once all have ended. Cancel
+    /// safe: a task that has not ended is still there to wait for.
+    async fn first_to_end(&mut self) -> &'static str {
+        let (reason, outcome) = tokio::select! {
+            Some(outcome) = join(&mut self.work) => ("work loop ended", outcome.map(|()| None)),
+            Some(outcome) = join(&mut self.election) => (
+                "leader election ended",
+                outcome.map(|result| result.err().map(|error| error.to_string())),
+            ),
+            Some(outcome) = join(&mut self.probe) => ("region probe ended", outcome.map(|()| None)),
+            else => std::future::pending().await,
+        };
+        match outcome {
+            Ok(None) => tracing::error!(reason, "task returned"),
+            Ok(Some(error)) => tracing::error!(reason, %error, "task failed"),
+            Err(error) => tracing::error!(reason, %error, "task panicked or was cancelled"),
+        }
+        reason
+    }
+}
+
+/// Waits for the task in `slot` to end and empties the slot; `None` at once when it is
+/// empty. Cancel safe: the slot keeps a task that has not ended.
+async fn join<T>(slot: &mut Option<JoinHandle<T>>) -> Option<Result<T, JoinError>> {
+    let handle = slot.as_mut()?;
+    let outcome = handle.await;
+    *slot = None;
+    Some(outcome)
 }
 
 /// How long the controller may drain once leadership ends before it is dropped (its
@@ -443,7 +568,8 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
 }
 
 /// Waits to lead, runs the controller while leading, and stops it when leadership is
-/// lost or `stop` is cancelled.
+/// lost or `stop` is cancelled. Returns when `stop` is cancelled, or when the controller
+/// ended by itself while still leading (a failure the caller reports).
 async fn lead_and_work(
     ctx: Arc<Context>,
     watch_hub: Client,
@@ -462,7 +588,6 @@ async fn lead_and_work(
                 return;
             }
         }
-        ctx.metrics.leader.set(1);
         tracing::info!("leading: reconciling rollouts");
         let ended = {
             let leader = leader.clone();
@@ -488,7 +613,13 @@ async fn lead_and_work(
             () = run_controller(ctx.clone(), watch_hub.clone(), ended) => {}
             () = drained => tracing::warn!(grace = ?DRAIN_GRACE, "reconciles still running after leadership ended: abandoned"),
         }
-        ctx.metrics.leader.set(0);
+        if !stop.is_cancelled() && leader.is_leading() {
+            // Neither asked to stop nor deposed: the controller's stream ended by itself.
+            // The work loop ends with it, and the process is reported dead, rather than
+            // holding the Lease while nothing is reconciled.
+            tracing::error!("the controller stream ended while leading");
+            return;
+        }
         tracing::info!("not leading: reconciling stopped");
     }
 }
@@ -507,6 +638,16 @@ async fn run_controller(
     let controller = Controller::new(rollouts, watcher::Config::default());
     let cache = controller.store();
     let region_cache = cache.clone();
+    // configrollout_rollouts counts this cache at each scrape, while the controller runs:
+    // a deleted rollout leaves it with the watch's delete.
+    let census_cache = cache.clone();
+    let _census = ctx.metrics.count_rollouts_from(move || {
+        census_cache
+            .state()
+            .iter()
+            .map(|rollout| rollout.status.as_ref().and_then(|status| status.phase))
+            .collect()
+    });
     controller
         .watches(approvals, watcher::Config::default(), |approval| {
             let namespace = approval.namespace()?;
@@ -552,8 +693,89 @@ async fn probe_regions(ctx: Arc<Context>, stop: CancellationToken) {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Options, AppError> {
-        Options::parse(args.iter().map(|arg| (*arg).to_owned()))
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::parse_args(std::iter::once(&CONTROLLER_NAME).chain(args))
+    }
+
+    #[test]
+    fn the_options_are_well_formed() {
+        <Options as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn a_boolean_flag_alone_means_true_and_an_empty_url_none() {
+        let options = parse(&["--four-eyes", "--prometheus-url="]).unwrap();
+        assert!(options.four_eyes);
+        assert!(options.leader_election);
+        assert_eq!(options.prometheus_url, None);
+        let options = parse(&["--four-eyes", "false", "--leader-election=false"]).unwrap();
+        assert!(!options.four_eyes);
+        assert!(!options.leader_election);
+        assert_eq!(options.lease_duration, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_malformed_duration_or_address_is_refused_naming_the_flag() {
+        for args in [["--lease-duration", "soon"], ["--probe-addr", "nowhere"]] {
+            let error = parse(&args).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(error.to_string().contains(args[0]), "{error}");
+        }
+    }
+
+    fn pending_task<T: Send + 'static>() -> Option<JoinHandle<T>> {
+        Some(tokio::spawn(std::future::pending()))
+    }
+
+    #[tokio::test]
+    async fn a_work_loop_that_panics_is_the_reason_the_process_is_dead() {
+        let mut tasks = Tasks {
+            work: Some(tokio::spawn(async { panic!("reconcile bug") })),
+            probe: pending_task(),
+            election: pending_task(),
+        };
+        assert_eq!(tasks.first_to_end().await, "work loop ended");
+        assert!(tasks.work.is_none(), "the ended task is joined");
+        assert!(tasks.probe.is_some() && tasks.election.is_some());
+    }
+
+    #[tokio::test]
+    async fn an_elector_that_returns_is_the_reason_the_process_is_dead() {
+        let mut tasks = Tasks {
+            work: pending_task(),
+            probe: pending_task(),
+            election: Some(tokio::spawn(async { Ok(()) })),
+        };
+        assert_eq!(tasks.first_to_end().await, "leader election ended");
+        let mut tasks = Tasks {
+            work: pending_task(),
+            probe: Some(tokio::spawn(async {})),
+            election: None,
+        };
+        assert_eq!(tasks.first_to_end().await, "region probe ended");
+    }
+
+    #[tokio::test]
+    async fn tasks_that_run_or_were_all_joined_are_not_an_end() {
+        let mut tasks = Tasks {
+            work: pending_task(),
+            probe: pending_task(),
+            election: None,
+        };
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(tasks.first_to_end().now_or_never().is_none());
+        assert!(
+            tasks.work.is_some(),
+            "a running task is kept when the wait is dropped"
+        );
+        let mut none = Tasks {
+            work: None,
+            probe: None,
+            election: None,
+        };
+        assert!(none.first_to_end().now_or_never().is_none());
     }
 
     #[test]
@@ -580,7 +802,7 @@ mod tests {
             Some("http://127.0.0.1:9090")
         );
         assert_eq!(
-            options.prometheus_limits,
+            options.prometheus_limits(),
             ResponseLimits {
                 max_bytes: 1_048_576,
                 max_series: 50,
@@ -591,8 +813,8 @@ mod tests {
     #[test]
     fn prometheus_answers_are_bounded_by_default() {
         let options = parse(&[]).unwrap();
-        assert_eq!(options.prometheus_limits.max_bytes, 4 * 1024 * 1024);
-        assert_eq!(options.prometheus_limits.max_series, 1000);
+        assert_eq!(options.prometheus_limits().max_bytes, 4 * 1024 * 1024);
+        assert_eq!(options.prometheus_limits().max_series, 1000);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! every claim checked in the regions themselves. One lab for the whole binary; the
 //! scenarios run in order, each on its own rollout and target.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
@@ -791,6 +794,270 @@ spec:
     );
 }
 
+/// Every phase the controller exports, as `status.phase` spells it.
+const PHASES: [&str; 8] = [
+    "Pending",
+    "Progressing",
+    "Paused",
+    "AwaitingApproval",
+    "Halted",
+    "RollingBack",
+    "RolledBack",
+    "Complete",
+];
+
+/// Rollouts per phase as the hub holds them (no status yet counts as Pending).
+async fn phases_in_the_hub(world: &World) -> BTreeMap<String, i64> {
+    let mut counts: BTreeMap<String, i64> = PHASES
+        .iter()
+        .map(|phase| ((*phase).to_owned(), 0))
+        .collect();
+    let all: Api<ConfigRollout> = Api::all(world.hub.clone());
+    for rollout in within("list rollouts", all.list(&Default::default()))
+        .await
+        .items
+    {
+        let phase = phase_of(&rollout).unwrap_or_else(|| "Pending".to_owned());
+        *counts.entry(phase).or_default() += 1;
+    }
+    counts
+}
+
+/// `configrollout_rollouts{phase}` as the controller exports it.
+fn phases_in_metrics(exposition: &str) -> BTreeMap<String, i64> {
+    PHASES
+        .iter()
+        .map(|phase| {
+            let value = sample(
+                exposition,
+                &format!("configrollout_rollouts{{phase=\"{phase}\"}}"),
+            );
+            ((*phase).to_owned(), value as i64)
+        })
+        .collect()
+}
+
+/// The rollouts gauge is the hub's count per phase: a rollout that completes is counted
+/// Complete, and once deleted it leaves the count.
+async fn the_rollouts_gauge_counts_what_the_hub_holds_per_phase(world: &World, metrics_url: &str) {
+    let settled = eventually("the gauge matches the hub", PROGRESS, || async {
+        let exported = phases_in_metrics(&scrape(metrics_url).await);
+        (exported == phases_in_the_hub(world).await).then_some(exported)
+    })
+    .await;
+    assert!(
+        settled.values().sum::<i64>() >= 10,
+        "every rollout of this test counted: {settled:?}"
+    );
+
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: counted, namespace: team}
+spec:
+  target: {namespace: app, name: counted}
+  data: {k: "v"}
+  stages:
+    - {name: only, regions: {names: [region-1]}}
+"#,
+        )
+        .await;
+    world.wait_condition("counted", "Complete", PROGRESS).await;
+    let complete = eventually("the gauge counts the new rollout", PROGRESS, || async {
+        let exported = phases_in_metrics(&scrape(metrics_url).await);
+        let expected = phases_in_the_hub(world).await;
+        (exported == expected).then_some(exported["Complete"])
+    })
+    .await;
+    assert_eq!(
+        complete,
+        settled["Complete"] + 1,
+        "the completed rollout is counted Complete: {settled:?}"
+    );
+
+    within(
+        "delete the rollout",
+        world.rollouts().delete("counted", &Default::default()),
+    )
+    .await;
+    eventually("the rollout is gone", PROGRESS, || async {
+        within("read rollout", world.rollouts().get_opt("counted"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let after = eventually("the deleted rollout leaves the gauge", PROGRESS, || async {
+        let exported = phases_in_metrics(&scrape(metrics_url).await);
+        (exported["Complete"] == complete - 1).then_some(exported)
+    })
+    .await;
+    assert_eq!(after, phases_in_the_hub(world).await);
+    assert_eq!(after, settled, "back to the counts before it");
+}
+
+/// Other writers racing the controller on a region's ConfigMaps: the controller's writes
+/// carry the resourceVersion they were planned from, so the region refuses them (409),
+/// the controller reads again, counts each in
+/// `configrollout_region_writes_total{result="conflict"}`, and the revision still lands.
+async fn a_region_write_that_meets_a_conflict_is_counted_and_read_again(
+    world: &World,
+    controller: &LabChild,
+    metrics_url: &str,
+) {
+    let rollout = |value: &str| {
+        format!(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {{name: contended, namespace: team}}
+spec:
+  target: {{namespace: app, name: contended}}
+  data: {{k: "{value}"}}
+  stages:
+    - {{name: only, regions: {{names: [region-1]}}}}
+"#
+        )
+    };
+    world.create_rollout(&rollout("1")).await;
+    world
+        .wait_condition("contended", "Complete", PROGRESS)
+        .await;
+    let conflicts = "configrollout_region_writes_total{result=\"conflict\"}";
+    let before = sample(&scrape(metrics_url).await, conflicts);
+
+    // Writers bump the resourceVersions of the companion and the target every few
+    // milliseconds (a label only: state and data are untouched), until the controller has
+    // met them. A conflict on the target, the second write of a merge, leaves the
+    // companion ahead of it: the revision must still reach the target. Not faster: a
+    // saturated apiserver answers the controller's reads late.
+    let stop = Arc::new(AtomicBool::new(false));
+    let pokes = Arc::new(AtomicU64::new(0));
+    let companion = format!("contended{COMPANION_SUFFIX}");
+    let racers: Vec<_> = (0..3)
+        .map(|racer| {
+            let (stop, pokes) = (stop.clone(), pokes.clone());
+            let companion = companion.clone();
+            let maps: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
+            tokio::spawn(async move {
+                let mut writes = 0_u64;
+                while !stop.load(Ordering::Relaxed) && writes < 100_000 {
+                    let poke = serde_json::json!({
+                        "metadata": {"labels": {"lab-poke": format!("{racer}-{writes}")}}
+                    });
+                    // The lab may go away under a racer when the test fails elsewhere.
+                    let object = if writes.is_multiple_of(2) {
+                        companion.as_str()
+                    } else {
+                        "contended"
+                    };
+                    let poked = tokio::time::timeout(
+                        CALL,
+                        maps.patch(object, &PatchParams::default(), &Patch::Merge(&poke)),
+                    )
+                    .await;
+                    if !matches!(poked, Ok(Ok(_))) {
+                        break;
+                    }
+                    writes += 1;
+                    pokes.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            })
+        })
+        .collect();
+    eventually("the racers write", PROGRESS, || async {
+        (pokes.load(Ordering::Relaxed) >= 30).then_some(())
+    })
+    .await;
+
+    // Each new revision is one more race between the controller's read and its write;
+    // most are lost by the controller, and one is enough.
+    let mut revision = 1;
+    let after = loop {
+        revision += 1;
+        if revision > 20 {
+            let exposition = scrape(metrics_url).await;
+            let writes: Vec<&str> = exposition
+                .lines()
+                .filter(|line| line.starts_with("configrollout_region_writes_total{"))
+                .collect();
+            panic!(
+                "no conflict counted in 19 revisions ({} competing writes, {writes:?}, \
+                 {before} before); controller log:\n{}",
+                pokes.load(Ordering::Relaxed),
+                controller.log_tail(30)
+            );
+        }
+        let update = serde_json::json!({"spec": {"data": {"k": revision.to_string()}}});
+        within(
+            "declare a revision",
+            world
+                .rollouts()
+                .patch("contended", &PatchParams::default(), &Patch::Merge(&update)),
+        )
+        .await;
+        let name = format!("r{revision}");
+        let started = std::time::Instant::now();
+        let counted = eventually(
+            &format!("contended: {name} Complete or a conflict"),
+            PROGRESS,
+            || async {
+                assert!(
+                    started.elapsed() < PROGRESS - Duration::from_secs(1),
+                    "contended: {name} neither Complete nor a conflict counted; controller \
+                     log:\n{}",
+                    controller.log_tail(30)
+                );
+                let value = sample(&scrape(metrics_url).await, conflicts);
+                if value > before {
+                    return Some(Some(value));
+                }
+                let rollout = world.rollout("contended").await;
+                let status = rollout.status.as_ref()?;
+                (status.revision.as_deref() == Some(name.as_str())
+                    && condition_true(&rollout, "Complete"))
+                .then_some(None)
+            },
+        )
+        .await;
+        if let Some(value) = counted {
+            break value;
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    for racer in racers {
+        racer.await.expect("racer");
+    }
+    eprintln!(
+        "region write conflicts counted: {} (revision r{revision}, {} competing writes)",
+        after - before,
+        pokes.load(Ordering::Relaxed)
+    );
+
+    let name = format!("r{revision}");
+    let done = eventually(&format!("contended: {name} Complete"), PROGRESS, || async {
+        let rollout = world.rollout("contended").await;
+        let status = rollout.status.as_ref()?;
+        (status.revision.as_deref() == Some(name.as_str()) && condition_true(&rollout, "Complete"))
+            .then_some(rollout)
+    })
+    .await;
+    assert_eq!(
+        region_status(&done, "region-1")
+            .and_then(|region| region.materialized.as_ref())
+            .map(|mark| mark.revision.as_str()),
+        Some(name.as_str())
+    );
+    assert_eq!(
+        world.target_data("region-1", "contended").await,
+        Some(data(&[("k", &revision.to_string())])),
+        "the revision landed after the conflicts"
+    );
+}
+
 /// Serves `/metrics` with bounded labels, and no value ever reaches logs, events,
 /// status or metrics.
 async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
@@ -859,6 +1126,14 @@ async fn controller_on_the_lab() {
     let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-c", &probe_addr);
     an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world).await;
-    no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;
+    let metrics_url = format!("http://{probe_addr}/metrics");
+    a_region_write_that_meets_a_conflict_is_counted_and_read_again(
+        &world,
+        &controller,
+        &metrics_url,
+    )
+    .await;
+    the_rollouts_gauge_counts_what_the_hub_holds_per_phase(&world, &metrics_url).await;
+    no_value_leaves_the_regions(&world, &metrics_url).await;
     controller.stop();
 }

@@ -3,6 +3,7 @@
 //! losing it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use kube::ResourceExt;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
@@ -21,8 +22,10 @@ use crate::telemetry::metrics::WriteKind;
 /// What acting did: writes for the metrics, and what the engine must hear of it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ActReport {
-    /// Writes made in regions.
+    /// Writes made in regions (each one the region accepted).
     pub region_writes: u32,
+    /// Writes in regions refused as conflicts (the object changed since it was read).
+    pub region_conflicts: u32,
     /// What the engine settles the status with.
     pub outcome: ActOutcome,
 }
@@ -50,16 +53,17 @@ pub struct ActInput<'a> {
     pub grant: &'a Grant,
 }
 
-/// Carries out `actions` in order.
+/// Carries out `actions` in order, noting in `report` what was done as it goes, so that
+/// the writes made before an error are counted too.
 pub async fn act(
     ctx: &Context,
     input: ActInput<'_>,
     actions: &[Action],
-) -> Result<ActReport, HubError> {
+    report: &mut ActReport,
+) -> Result<(), HubError> {
     let rollout = input.rollout;
     let namespace = rollout.namespace().unwrap_or_default();
     let store = RevisionStore::new(ctx.hub.clone(), &namespace);
-    let mut report = ActReport::default();
     let collected_through = collected_through(rollout);
     for action in actions {
         match action {
@@ -93,11 +97,11 @@ pub async fn act(
                     through: collected_through.as_ref(),
                     rebase: Some(input.writer),
                 };
-                let result = merge(ctx, &input, region, revision, compaction, |_| {
+                let result = merge(ctx, &input, report, region, revision, compaction, |_| {
                     Ok(publication.clone())
                 })
                 .await;
-                record(&mut report, region, revision, "publish", result);
+                record(report, region, revision, "publish", result);
             }
             Action::Rollback { region, revision } => {
                 let Some(state) = input.revisions.get(revision) else {
@@ -111,7 +115,7 @@ pub async fn act(
                     through: collected_through.as_ref(),
                     rebase: None,
                 };
-                let result = merge(ctx, &input, region, &label, compaction, |replica| {
+                let result = merge(ctx, &input, report, region, &label, compaction, |replica| {
                     state.rollback(replica, fresh.clone()).map_err(|source| {
                         RegionError::Compensation {
                             reason: source.to_string(),
@@ -119,7 +123,7 @@ pub async fn act(
                     })
                 })
                 .await;
-                record(&mut report, region, revision, "rollback", result);
+                record(report, region, revision, "rollback", result);
             }
             Action::RestartConsumers {
                 region,
@@ -147,7 +151,7 @@ pub async fn act(
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Restarts the `Restart` consumers in one region for `revision` at `pass`.
@@ -202,15 +206,19 @@ async fn region_client(
         })
 }
 
+/// Merges one delta into one region, counting in `report` the writes it refused as
+/// conflicts (those it accepted are counted by [`record`], from the outcome).
 async fn merge(
     ctx: &Context,
     input: &ActInput<'_>,
+    report: &mut ActReport,
     region_name: &str,
     revision: &str,
     compaction: Compaction<'_>,
     delta_for: impl Fn(&crate::crdt::Replica) -> Result<crate::crdt::Delta, RegionError>,
 ) -> Result<store::Materialized, RegionError> {
     let client = region_client(ctx, input, region_name).await?;
+    let conflicts = AtomicU32::new(0);
     let rollout_ref = format!(
         "{}/{}",
         input.rollout.namespace().unwrap_or_default(),
@@ -224,13 +232,20 @@ async fn merge(
         adopt: input.rollout.spec.target.adopt && input.grant.adoption,
         may_write: &|| ctx.fence.permits(WriteKind::RegionObject),
         compaction,
+        on_conflict: &|| {
+            conflicts.fetch_add(1, Ordering::Relaxed);
+        },
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {
         policy: &input.rollout.spec.drift_policy,
         adopt_stamp: Some(&adopt_stamp),
     };
-    store::materialize(&client, &ctx.digest_key, &target, drift, delta_for).await
+    let result = store::materialize(&client, &ctx.digest_key, &target, drift, delta_for).await;
+    report.region_conflicts = report
+        .region_conflicts
+        .saturating_add(conflicts.load(Ordering::Relaxed));
+    result
 }
 
 fn record(

@@ -30,7 +30,7 @@ use crate::engine;
 use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
 use crate::regions::publication::{RevisionState, encode_revision};
-use crate::telemetry::metrics::{ErrorCategory, Metrics, ReconcileRecord, WriteKind};
+use crate::telemetry::metrics::{ErrorCategory, LabelValue, Metrics, ReconcileRecord, WriteKind};
 use act::ActInput;
 pub use error::{ERROR_REQUEUE, HubError, INVALID_REQUEUE, ReconcileError, RetryBackoff};
 pub use fence::WriteFence;
@@ -121,7 +121,7 @@ pub async fn reconcile(
         tracing::warn!(
             rollout = %rollout.name_any(),
             namespace = %rollout.namespace().unwrap_or_default(),
-            category = ?error.category(),
+            category = error.category().as_str(),
             %error,
             "reconcile failed"
         );
@@ -197,7 +197,8 @@ async fn run_steps(
     let decision = engine::decide(&rollout.spec, previous, &observations, now);
     record.samples_judged = decision.samples_judged;
 
-    let report = act::act(
+    let mut report = act::ActReport::default();
+    let acted = act::act(
         ctx,
         ActInput {
             rollout,
@@ -208,11 +209,14 @@ async fn run_steps(
             grant: &fetched.grant,
         },
         &decision.actions,
+        &mut report,
     )
-    .await
-    .map_err(ReconcileError::Act)?;
+    .await;
+    // Counted before an error is returned: the writes made before it happened.
     record.region_writes = report.region_writes;
+    record.region_write_conflicts = report.region_conflicts;
     record.region_write_failures = report.region_failures();
+    acted.map_err(ReconcileError::Act)?;
 
     let mut status = engine::settle(decision.status, &report.outcome);
     collect::collect(ctx, rollout, &observations, &mut status).await;

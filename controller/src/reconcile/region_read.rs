@@ -95,11 +95,20 @@ pub async fn read_region(
                     two_pass,
                     reader.stamp_bound_ms,
                 );
-                observation.applied = found.applied.map(|step| AppliedRevision {
-                    revision: revision.name.clone(),
-                    step,
-                    digest: inspection.digest.clone(),
-                });
+                // A target whose digest is not its companion's has not caught up: the
+                // second write of a merge did not happen (a conflict, a crash). The
+                // region does not hold the revision yet; the next merge finishes it.
+                let caught_up =
+                    inspection.target_digest.as_deref() == Some(inspection.digest.as_str());
+                observation.applied =
+                    found
+                        .applied
+                        .filter(|_| caught_up)
+                        .map(|step| AppliedRevision {
+                            revision: revision.name.clone(),
+                            step,
+                            digest: inspection.digest.clone(),
+                        });
                 observation.rolled_back = found.rolled_back.then(|| revision.name.clone());
                 if let Some(pass) = found.applied
                     && !rollout.spec.consumers.is_empty()

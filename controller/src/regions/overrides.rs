@@ -48,6 +48,8 @@ pub async fn write_override(
         // A person's override, not a controller's: no Lease to hold.
         may_write: &|| true,
         compaction: Compaction::default(),
+        // A person retries by hand; nothing counts conflicts here.
+        on_conflict: &|| {},
     };
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,

@@ -51,6 +51,10 @@ pub struct TargetObject<'a> {
     pub may_write: &'a (dyn Fn() -> bool + Send + Sync),
     /// Tombstone collection on this write.
     pub compaction: Compaction<'a>,
+    /// Told of every write the region refused because the object changed since it was
+    /// read (HTTP 409), whether or not a later attempt succeeds: the controller counts
+    /// them.
+    pub on_conflict: &'a (dyn Fn() + Send + Sync),
 }
 
 /// The evidence of one materialisation, read back from the region.
@@ -69,6 +73,8 @@ pub struct Materialized {
 /// Merges the delta `delta_for` builds from the region's current replica (a revision's
 /// publication ignores it; a rollback is computed from it, on every attempt, so a write
 /// that lands in between is never reverted by a stale computation). Reads back the result.
+/// A write refused as a conflict is reported to [`TargetObject::on_conflict`], then both
+/// objects are read again.
 pub async fn materialize(
     client: &Client,
     key: &DigestKey,
@@ -123,6 +129,7 @@ pub async fn materialize(
                 });
             }
             Err(RegionError::Call(error)) if error.is_conflict() => {
+                (target.on_conflict)();
                 tracing::debug!(
                     target = target.name,
                     "conflicting write in region; reading again"
@@ -256,7 +263,8 @@ async fn read_pair(
     })
 }
 
-/// Writes the companion, then the target. A new target is created first without the
+/// Writes the companion, then the target, counting in `writes` each write that the region
+/// accepted. A new target is created first without the
 /// digest (so a crash before its companion exists leaves an unmanaged ConfigMap, not a
 /// managed one without state), then the companion owned by it, then the digest.
 async fn write_plan(
@@ -296,12 +304,10 @@ async fn write_plan(
                 ..ConfigMap::default()
             };
             annotate(&mut fresh);
-            *writes += 1;
             fence(target)?;
-            (
-                call("create target", api.create(&params, &fresh)).await?,
-                true,
-            )
+            let created = call("create target", api.create(&params, &fresh)).await?;
+            *writes += 1;
+            (created, true)
         }
     };
 
@@ -322,7 +328,6 @@ async fn write_plan(
             STATE_KEY.to_owned(),
             plan.encoded_state.clone(),
         )]));
-        *writes += 1;
         fence(target)?;
         if current.companion.is_some() {
             call(
@@ -333,6 +338,7 @@ async fn write_plan(
         } else {
             call("create companion", api.create(&params, &companion)).await?;
         }
+        *writes += 1;
     }
 
     let needs_target_write = !created
@@ -348,9 +354,9 @@ async fn write_plan(
         let mut updated = target_object;
         updated.data = Some(plan.target_data.clone());
         annotate(&mut updated);
-        *writes += 1;
         fence(target)?;
         call("write target", api.replace(target.name, &params, &updated)).await?;
+        *writes += 1;
     }
     Ok(())
 }

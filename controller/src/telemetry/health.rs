@@ -7,8 +7,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -66,6 +66,8 @@ struct HealthInner {
     leader: LeaderState,
     caches_synced: AtomicBool,
     stopping: AtomicBool,
+    /// Why the process can no longer do its work, once it cannot (the first reason wins).
+    dead: OnceLock<&'static str>,
 }
 
 impl Health {
@@ -77,6 +79,7 @@ impl Health {
                 leader,
                 caches_synced: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
+                dead: OnceLock::new(),
             }),
         }
     }
@@ -91,8 +94,26 @@ impl Health {
         self.inner.stopping.store(true, Ordering::Release);
     }
 
+    /// A task the process cannot work without (the controller's work loop, the leader
+    /// elector) has ended while the process was not stopping: `/healthz` fails from now
+    /// on, with `reason` (a fixed phrase, never a value), so that the kubelet restarts the
+    /// pod. The first reason given is kept.
+    pub fn mark_dead(&self, reason: &'static str) {
+        let _ = self.inner.dead.set(reason);
+    }
+
+    /// `Ok` while the process can still do its work; otherwise why not. Stopping is not
+    /// dying: a process shutting down stays alive until it exits.
+    pub fn liveness(&self) -> Result<(), &'static str> {
+        match self.inner.dead.get() {
+            Some(reason) => Err(reason),
+            None => Ok(()),
+        }
+    }
+
     /// `Ok` when the process can take its share of work; otherwise why not.
     pub fn readiness(&self) -> Result<(), &'static str> {
+        self.liveness()?;
         if self.inner.stopping.load(Ordering::Acquire) {
             return Err("shutting down");
         }
@@ -207,9 +228,13 @@ fn route(request: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Res
         return refused;
     }
     match request.uri().path() {
-        // Alive is answering: a process whose runtime is stuck or gone cannot, and the
-        // kubelet restarts it.
-        "/healthz" => text(StatusCode::OK, "ok"),
+        // Alive is answering, with the tasks that do the work still running: a process
+        // whose runtime is stuck cannot answer, one whose work loop or elector ended
+        // answers 503, and the kubelet restarts either.
+        "/healthz" => match health.liveness() {
+            Ok(()) => text(StatusCode::OK, "ok"),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why),
+        },
         "/readyz" => match health.readiness() {
             Ok(()) => text(StatusCode::OK, "ok"),
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, why),
@@ -359,6 +384,45 @@ mod tests {
         assert_eq!(get(server.address, "/healthz").await.0, 200);
 
         server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_with_the_reason_once_a_task_the_work_needs_died() {
+        let health = Health::new(LeaderState::always_leading());
+        health.mark_caches_synced();
+        let server = start(
+            health.clone(),
+            Arc::new(Metrics::new()),
+            ServerLimits::default(),
+        )
+        .await;
+        assert_eq!(get(server.address, "/healthz").await.0, 200);
+        assert_eq!(get(server.address, "/readyz").await.0, 200);
+
+        health.mark_dead("work loop ended");
+        let (status, head, body) = get(server.address, "/healthz").await;
+        assert_eq!(status, 503);
+        assert_eq!(body, "work loop ended\n");
+        assert!(head.contains("Cache-Control: no-store"), "{head}");
+        // Not ready either: no traffic to a process about to be restarted.
+        let (status, _, body) = get(server.address, "/readyz").await;
+        assert_eq!((status, body.as_str()), (503, "work loop ended\n"));
+
+        // The first reason is kept; stopping later does not revive it.
+        health.mark_dead("leader election ended");
+        health.mark_stopping();
+        let (status, _, body) = get(server.address, "/healthz").await;
+        assert_eq!((status, body.as_str()), (503, "work loop ended\n"));
+        server.stop().await;
+    }
+
+    #[test]
+    fn a_process_that_stops_is_still_alive() {
+        let health = Health::new(LeaderState::always_leading());
+        assert_eq!(health.liveness(), Ok(()));
+        health.mark_stopping();
+        assert_eq!(health.liveness(), Ok(()));
+        assert_eq!(health.readiness(), Err("shutting down"));
     }
 
     #[tokio::test]

@@ -1,18 +1,34 @@
-//! The controller's metrics, rendered in the Prometheus text exposition format 0.0.4.
+//! The controller's metrics, kept in a `prometheus-client` registry and rendered in the
+//! Prometheus text exposition format 0.0.4.
 //!
 //! Every label value comes from a closed enum through [`LabelValue`], mapped to a
-//! `&'static str` by hand: no rollout, region or configuration data can reach a label,
-//! and each family has a fixed, small number of series, all exported from the start.
+//! `&'static str` by hand (never derived from `Debug`): no rollout, region or
+//! configuration data can reach a label, and each family has a fixed, small number of
+//! series, all exported from the start, in declaration order.
+//!
+//! Two families are read from the process when scraped rather than counted as things
+//! happen: `configrollout_rollouts` counts the rollouts in the controller's cache by phase
+//! ([`Metrics::count_rollouts_from`]), and `configrollout_leader` asks the election
+//! ([`Metrics::follow_leader`]). Both are therefore true at the moment of the scrape: a
+//! deleted rollout leaves its phase's count as soon as the watch sees it go.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter as RawCounter;
+use prometheus_client::metrics::gauge::Gauge as RawGauge;
+use prometheus_client::metrics::histogram::Histogram as RawHistogram;
+use prometheus_client::registry::Registry;
 
 use crate::api::{RolloutPhase, SampleVerdict};
 use crate::engine::SampleTally;
+use crate::leader::LeaderState;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Buckets (seconds) for API-call and reconcile latencies: 5 ms to 10 s.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -20,7 +36,7 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// A closed set of label values.
-pub trait LabelValue: Copy + 'static {
+pub trait LabelValue: Copy + std::fmt::Debug + Send + Sync + 'static {
     /// The label's name.
     const LABEL: &'static str;
     /// Every value, in the order of [`LabelValue::index`].
@@ -201,18 +217,32 @@ impl LabelValue for RolloutPhase {
     }
 }
 
-/// A monotonically increasing count per label value.
-#[derive(Debug)]
+/// Encodes one series per value of `L`, in the order of [`LabelValue::ALL`].
+fn encode_by_label<L: LabelValue, M: EncodeMetric>(
+    metrics: &[M],
+    mut encoder: MetricEncoder,
+) -> Result<(), std::fmt::Error> {
+    for label in L::ALL {
+        if let Some(metric) = metrics.get(label.index()) {
+            let labels = [(L::LABEL, label.as_str())];
+            metric.encode(encoder.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// A monotonically increasing count per label value. Clones share the counts.
+#[derive(Debug, Clone)]
 pub struct CounterVec<L: LabelValue> {
-    values: Box<[AtomicU64]>,
-    _label: std::marker::PhantomData<L>,
+    counters: Arc<[RawCounter]>,
+    _label: PhantomData<L>,
 }
 
 impl<L: LabelValue> Default for CounterVec<L> {
     fn default() -> Self {
         CounterVec {
-            values: L::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
-            _label: std::marker::PhantomData,
+            counters: L::ALL.iter().map(|_| RawCounter::default()).collect(),
+            _label: PhantomData,
         }
     }
 }
@@ -225,64 +255,65 @@ impl<L: LabelValue> CounterVec<L> {
 
     /// Adds `n` for `label`.
     pub fn add(&self, label: L, n: u64) {
-        if let Some(value) = self.values.get(label.index()) {
-            value.fetch_add(n, Ordering::Relaxed);
+        if let Some(counter) = self.counters.get(label.index()) {
+            counter.inc_by(n);
         }
     }
 
     /// The current count for `label`.
     pub fn get(&self, label: L) -> u64 {
-        self.values
-            .get(label.index())
-            .map_or(0, |value| value.load(Ordering::Relaxed))
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "counter");
-        for label in L::ALL {
-            series(
-                out,
-                name,
-                Some((L::LABEL, label.as_str())),
-                self.get(*label),
-            );
-        }
+        self.counters.get(label.index()).map_or(0, RawCounter::get)
     }
 }
 
-/// A value that goes up and down.
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
+impl<L: LabelValue> EncodeMetric for CounterVec<L> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encode_by_label::<L, _>(&self.counters, encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// A value that goes up and down. Clones share the value.
+#[derive(Debug, Clone, Default)]
+pub struct Gauge(RawGauge);
 
 impl Gauge {
     /// Sets the value.
     pub fn set(&self, value: i64) {
-        self.0.store(value, Ordering::Relaxed);
+        self.0.set(value);
     }
 
     /// The current value.
     pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "gauge");
-        series(out, name, None, self.get());
+        self.0.get()
     }
 }
 
-/// A gauge per label value.
-#[derive(Debug)]
+impl EncodeMetric for Gauge {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
+/// A gauge per label value. Clones share the values.
+#[derive(Debug, Clone)]
 pub struct GaugeVec<L: LabelValue> {
-    values: Box<[AtomicI64]>,
-    _label: std::marker::PhantomData<L>,
+    gauges: Arc<[RawGauge]>,
+    _label: PhantomData<L>,
 }
 
 impl<L: LabelValue> Default for GaugeVec<L> {
     fn default() -> Self {
         GaugeVec {
-            values: L::ALL.iter().map(|_| AtomicI64::new(0)).collect(),
-            _label: std::marker::PhantomData,
+            gauges: L::ALL.iter().map(|_| RawGauge::default()).collect(),
+            _label: PhantomData,
         }
     }
 }
@@ -290,16 +321,14 @@ impl<L: LabelValue> Default for GaugeVec<L> {
 impl<L: LabelValue> GaugeVec<L> {
     /// Sets the value for `label`.
     pub fn set(&self, label: L, value: i64) {
-        if let Some(slot) = self.values.get(label.index()) {
-            slot.store(value, Ordering::Relaxed);
+        if let Some(gauge) = self.gauges.get(label.index()) {
+            gauge.set(value);
         }
     }
 
     /// The value for `label`.
     pub fn get(&self, label: L) -> i64 {
-        self.values
-            .get(label.index())
-            .map_or(0, |value| value.load(Ordering::Relaxed))
+        self.gauges.get(label.index()).map_or(0, RawGauge::get)
     }
 
     /// Sets every label's value to how often it occurs in `labels` (absent ones to zero).
@@ -310,90 +339,50 @@ impl<L: LabelValue> GaugeVec<L> {
                 *count += 1;
             }
         }
-        for (slot, count) in self.values.iter().zip(counts) {
-            slot.store(count, Ordering::Relaxed);
-        }
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "gauge");
-        for label in L::ALL {
-            series(
-                out,
-                name,
-                Some((L::LABEL, label.as_str())),
-                self.get(*label),
-            );
+        for (gauge, count) in self.gauges.iter().zip(counts) {
+            gauge.set(count);
         }
     }
 }
 
-/// Observations counted into fixed buckets.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Per bucket (not cumulative); the last one is `+Inf`.
-    buckets: Box<[AtomicU64]>,
-    sum_bits: AtomicU64,
-    count: AtomicU64,
+impl<L: LabelValue> EncodeMetric for GaugeVec<L> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encode_by_label::<L, _>(&self.gauges, encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
 }
+
+/// Observations counted into fixed buckets, with an implicit `+Inf`. Clones share them.
+#[derive(Debug, Clone)]
+pub struct Histogram(RawHistogram);
 
 impl Histogram {
     /// A histogram with upper bounds `bounds` (ascending) and an implicit `+Inf`.
     pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_bits: AtomicU64::new(0_f64.to_bits()),
-            count: AtomicU64::new(0),
-        }
+        Histogram(RawHistogram::new(bounds.iter().copied()))
     }
 
     /// Records one observation.
     pub fn observe(&self, value: f64) {
-        let bucket = self
-            .bounds
-            .iter()
-            .position(|bound| value <= *bound)
-            .unwrap_or(self.bounds.len());
-        if let Some(slot) = self.buckets.get(bucket) {
-            slot.fetch_add(1, Ordering::Relaxed);
-        }
-        let _ = self
-            .sum_bits
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + value).to_bits())
-            });
-        self.count.fetch_add(1, Ordering::Relaxed);
+        self.0.observe(value);
     }
 
     /// Records a duration in seconds.
     pub fn observe_duration(&self, duration: Duration) {
         self.observe(duration.as_secs_f64());
     }
+}
 
-    /// How many observations.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+impl EncodeMetric for Histogram {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "histogram");
-        let bucket_name = format!("{name}_bucket");
-        let mut cumulative = 0_u64;
-        for (index, slot) in self.buckets.iter().enumerate() {
-            cumulative += slot.load(Ordering::Relaxed);
-            let bound = self
-                .bounds
-                .get(index)
-                .map_or_else(|| "+Inf".to_owned(), |bound| float(*bound));
-            series(out, &bucket_name, Some(("le", &bound)), cumulative);
-        }
-        let sum = f64::from_bits(self.sum_bits.load(Ordering::Relaxed));
-        let _ = writeln!(out, "{name}_sum {}", float(sum));
-        // The count is the +Inf bucket, not `self.count`, so that the exposition stays
-        // self-consistent while observations race with the scrape.
-        let _ = writeln!(out, "{name}_count {cumulative}");
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -405,8 +394,11 @@ pub struct ReconcileRecord {
     pub duration: Duration,
     /// What ended it, if it failed.
     pub error: Option<ErrorCategory>,
-    /// Writes made in regions.
+    /// Writes made in regions (each object written once counts one).
     pub region_writes: u32,
+    /// Writes in regions refused because the object changed since it was read (HTTP
+    /// 409); each is read again and planned again.
+    pub region_write_conflicts: u32,
     /// Region merges that failed.
     pub region_write_failures: u32,
     /// Gate samples judged, by verdict.
@@ -415,8 +407,18 @@ pub struct ReconcileRecord {
     pub status_patch: Option<(WriteResult, Duration)>,
 }
 
+/// The phases of the rollouts the controller knows now (`None`: no status yet), read at
+/// every scrape.
+pub type RolloutCensus = Box<dyn Fn() -> Vec<Option<RolloutPhase>> + Send + Sync>;
+
+/// Where the families read at scrape time come from.
+#[derive(Default)]
+struct Sources {
+    rollouts: Option<RolloutCensus>,
+    leader: Option<LeaderState>,
+}
+
 /// Every metric of the controller. Share it as `Arc<Metrics>`.
-#[derive(Debug)]
 pub struct Metrics {
     /// Reconciles by result.
     pub reconcile_total: CounterVec<ReconcileResult>,
@@ -434,10 +436,19 @@ pub struct Metrics {
     pub gate_samples_total: CounterVec<SampleVerdict>,
     /// Writes not sent because this replica did not hold the Lease, by what they changed.
     pub writes_dropped_total: CounterVec<WriteKind>,
-    /// 1 while this process holds the Lease.
+    /// 1 while this process holds the Lease (read from the election at each scrape once
+    /// [`Metrics::follow_leader`] was called).
     pub leader: Gauge,
-    /// Rollouts per phase.
+    /// Rollouts per phase (counted at each scrape, see [`Metrics::count_rollouts_from`]).
     pub rollouts: GaugeVec<RolloutPhase>,
+    registry: Registry,
+    sources: Mutex<Sources>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -446,20 +457,100 @@ impl Default for Metrics {
     }
 }
 
+/// prometheus-client appends `_total` to a counter's name and `.` to its help: both are
+/// taken off here, so that the exposed names and help stay as written below.
+fn counter_name(name: &'static str) -> &'static str {
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+fn help(text: &'static str) -> &'static str {
+    text.strip_suffix('.').unwrap_or(text)
+}
+
 impl Metrics {
     /// All metrics at zero.
     pub fn new() -> Self {
+        let reconcile_total = CounterVec::default();
+        let reconcile_errors_total = CounterVec::default();
+        let reconcile_duration_seconds = Histogram::new(LATENCY_BUCKETS);
+        let region_writes_total = CounterVec::default();
+        let status_patches_total = CounterVec::default();
+        let status_patch_duration_seconds = Histogram::new(LATENCY_BUCKETS);
+        let gate_samples_total = CounterVec::default();
+        let writes_dropped_total = CounterVec::default();
+        let leader = Gauge::default();
+        let rollouts = GaugeVec::default();
+
+        let mut registry = Registry::default();
+        registry.register(
+            counter_name("configrollout_reconcile_total"),
+            help("Reconciles of ConfigRollouts, by result."),
+            reconcile_total.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_reconcile_errors_total"),
+            help("Failed reconciles of ConfigRollouts, by category of the error that ended them."),
+            reconcile_errors_total.clone(),
+        );
+        registry.register(
+            "configrollout_reconcile_duration_seconds",
+            help("Time spent in one reconcile of a ConfigRollout."),
+            reconcile_duration_seconds.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_region_writes_total"),
+            help(
+                "Writes to ConfigMaps and consumers in regions, by result (error counts \
+                 region merges that failed).",
+            ),
+            region_writes_total.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_status_patches_total"),
+            help("Patches of ConfigRollout status, by result."),
+            status_patches_total.clone(),
+        );
+        registry.register(
+            "configrollout_status_patch_duration_seconds",
+            help("Time spent in one status patch."),
+            status_patch_duration_seconds.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_gate_samples_total"),
+            help("Metric gate samples taken, by verdict."),
+            gate_samples_total.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_writes_dropped_total"),
+            help("Writes not sent because this replica did not hold the leader Lease, by kind."),
+            writes_dropped_total.clone(),
+        );
+        registry.register(
+            "configrollout_leader",
+            help("1 while this process holds the leader Lease, else 0."),
+            leader.clone(),
+        );
+        registry.register(
+            "configrollout_rollouts",
+            help(
+                "ConfigRollouts this process knows now, by phase (a rollout without status \
+                 counts as Pending; a replica that does not lead watches none).",
+            ),
+            rollouts.clone(),
+        );
         Metrics {
-            reconcile_total: CounterVec::default(),
-            reconcile_errors_total: CounterVec::default(),
-            reconcile_duration_seconds: Histogram::new(LATENCY_BUCKETS),
-            region_writes_total: CounterVec::default(),
-            status_patches_total: CounterVec::default(),
-            status_patch_duration_seconds: Histogram::new(LATENCY_BUCKETS),
-            gate_samples_total: CounterVec::default(),
-            writes_dropped_total: CounterVec::default(),
-            leader: Gauge::default(),
-            rollouts: GaugeVec::default(),
+            reconcile_total,
+            reconcile_errors_total,
+            reconcile_duration_seconds,
+            region_writes_total,
+            status_patches_total,
+            status_patch_duration_seconds,
+            gate_samples_total,
+            writes_dropped_total,
+            leader,
+            rollouts,
+            registry,
+            sources: Mutex::new(Sources::default()),
         }
     }
 
@@ -476,6 +567,10 @@ impl Metrics {
         }
         self.region_writes_total
             .add(WriteResult::Ok, u64::from(record.region_writes));
+        self.region_writes_total.add(
+            WriteResult::Conflict,
+            u64::from(record.region_write_conflicts),
+        );
         self.region_writes_total
             .add(WriteResult::Error, u64::from(record.region_write_failures));
         let samples = record.samples_judged;
@@ -494,115 +589,69 @@ impl Metrics {
         }
     }
 
+    fn sources(&self) -> std::sync::MutexGuard<'_, Sources> {
+        // A panic while holding the lock left the sources as they were: still usable.
+        self.sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// From now on `configrollout_rollouts` counts, at each scrape, the phases `census`
+    /// returns, until the returned guard is dropped; then every phase reads 0 again (a
+    /// replica that stopped leading watches no rollout).
+    pub fn count_rollouts_from(
+        self: &Arc<Self>,
+        census: impl Fn() -> Vec<Option<RolloutPhase>> + Send + Sync + 'static,
+    ) -> CensusGuard {
+        self.sources().rollouts = Some(Box::new(census));
+        CensusGuard {
+            metrics: self.clone(),
+        }
+    }
+
+    /// From now on `configrollout_leader` is read from `leader` at each scrape.
+    pub fn follow_leader(&self, leader: LeaderState) {
+        self.sources().leader = Some(leader);
+    }
+
+    /// Sets the families read from the process to what it holds now.
+    fn refresh(&self) {
+        let sources = self.sources();
+        let phases = sources.rollouts.as_ref().map(|census| census());
+        self.rollouts.set_counts(
+            phases
+                .unwrap_or_default()
+                .into_iter()
+                .map(|phase| phase.unwrap_or(RolloutPhase::Pending)),
+        );
+        if let Some(leader) = &sources.leader {
+            self.leader.set(i64::from(leader.is_leading()));
+        }
+    }
+
     /// The exposition in text format 0.0.4 (see [`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        self.refresh();
         let mut out = String::with_capacity(4096);
-        self.reconcile_total.render(
-            &mut out,
-            "configrollout_reconcile_total",
-            "Reconciles of ConfigRollouts, by result.",
-        );
-        self.reconcile_errors_total.render(
-            &mut out,
-            "configrollout_reconcile_errors_total",
-            "Failed reconciles of ConfigRollouts, by category.",
-        );
-        self.reconcile_duration_seconds.render(
-            &mut out,
-            "configrollout_reconcile_duration_seconds",
-            "Time spent in one reconcile of a ConfigRollout.",
-        );
-        self.region_writes_total.render(
-            &mut out,
-            "configrollout_region_writes_total",
-            "Writes to ConfigMaps in regions, by result.",
-        );
-        self.status_patches_total.render(
-            &mut out,
-            "configrollout_status_patches_total",
-            "Patches of ConfigRollout status, by result.",
-        );
-        self.status_patch_duration_seconds.render(
-            &mut out,
-            "configrollout_status_patch_duration_seconds",
-            "Time spent in one status patch.",
-        );
-        self.gate_samples_total.render(
-            &mut out,
-            "configrollout_gate_samples_total",
-            "Metric gate samples taken, by verdict.",
-        );
-        self.writes_dropped_total.render(
-            &mut out,
-            "configrollout_writes_dropped_total",
-            "Writes not sent because this replica did not hold the leader Lease, by kind.",
-        );
-        self.leader.render(
-            &mut out,
-            "configrollout_leader",
-            "1 while this process holds the leader Lease, else 0.",
-        );
-        self.rollouts.render(
-            &mut out,
-            "configrollout_rollouts",
-            "ConfigRollouts known to this process, by phase.",
-        );
+        // Writing into a String cannot fail, and every metric encodes infallibly.
+        if let Err(error) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
+            tracing::warn!(%error, "metrics exposition failed");
+        }
         out
     }
 }
 
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// While it lives, `configrollout_rollouts` is counted from a census (see
+/// [`Metrics::count_rollouts_from`]).
+pub struct CensusGuard {
+    metrics: Arc<Metrics>,
 }
 
-fn series(
-    out: &mut String,
-    name: &str,
-    label: Option<(&str, &str)>,
-    value: impl std::fmt::Display,
-) {
-    match label {
-        Some((label, label_value)) => {
-            let _ = writeln!(
-                out,
-                "{name}{{{label}=\"{}\"}} {value}",
-                escape_label_value(label_value)
-            );
-        }
-        None => {
-            let _ = writeln!(out, "{name} {value}");
-        }
-    }
-}
-
-/// Escapes a label value: backslash, double quote and line feed.
-pub fn escape_label_value(value: &str) -> String {
-    let mut escaped = String::with_capacity(value.len());
-    for character in value.chars() {
-        match character {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
-}
-
-/// Escapes HELP text: backslash and line feed.
-fn escape_help(help: &str) -> String {
-    help.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// A float as Prometheus writes it (`+Inf`, `-Inf`, `NaN`).
-fn float(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".to_owned()
-    } else if value.is_infinite() {
-        if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
-    } else {
-        value.to_string()
+impl Drop for CensusGuard {
+    fn drop(&mut self) {
+        self.metrics.sources().rollouts = None;
     }
 }
 
@@ -610,7 +659,7 @@ fn float(value: f64) -> String {
 mod tests {
     use super::*;
 
-    fn consistent<L: LabelValue + PartialEq + std::fmt::Debug>() {
+    fn consistent<L: LabelValue + PartialEq>() {
         for (position, value) in L::ALL.iter().enumerate() {
             assert_eq!(value.index(), position, "{value:?} out of place in ALL");
         }
@@ -626,6 +675,8 @@ mod tests {
         consistent::<WriteResult>();
         consistent::<SampleVerdict>();
         consistent::<RolloutPhase>();
+        consistent::<ErrorCategory>();
+        consistent::<WriteKind>();
         assert_eq!(RolloutPhase::ALL.len(), 8);
     }
 
@@ -652,14 +703,24 @@ mod tests {
         }
     }
 
+    fn encode(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, registry).unwrap();
+        out
+    }
+
     #[test]
     fn label_values_are_escaped() {
         let counter = CounterVec::<Awkward>::default();
         counter.inc(Awkward::Nasty);
-        let mut out = String::new();
-        counter.render(&mut out, "x_total", "Help with \\ and\nnewline.");
+        let mut registry = Registry::default();
+        registry.register(
+            counter_name("x_total"),
+            help("Help with \\ and\nnewline."),
+            counter,
+        );
         assert_eq!(
-            out,
+            encode(&registry),
             "# HELP x_total Help with \\\\ and\\nnewline.\n\
              # TYPE x_total counter\n\
              x_total{kind=\"plain\"} 0\n\
@@ -675,10 +736,10 @@ mod tests {
         histogram.observe(0.1);
         histogram.observe(2.0);
         histogram.observe_duration(Duration::from_secs(30));
-        let mut out = String::new();
-        histogram.render(&mut out, "d_seconds", "Durations.");
+        let mut registry = Registry::default();
+        registry.register("d_seconds", help("Durations."), histogram);
         assert_eq!(
-            out,
+            encode(&registry),
             "# HELP d_seconds Durations.\n\
              # TYPE d_seconds histogram\n\
              d_seconds_bucket{le=\"0.1\"} 2\n\
@@ -688,6 +749,75 @@ mod tests {
              d_seconds_sum 32.15\n\
              d_seconds_count 4\n"
         );
+    }
+
+    /// The exported names, types and label sets: what dashboards and alert rules are
+    /// written against. Changing this list breaks them.
+    const CONTRACT: &[(&str, &str, &str)] = &[
+        ("configrollout_reconcile_total", "counter", "result"),
+        (
+            "configrollout_reconcile_errors_total",
+            "counter",
+            "category",
+        ),
+        (
+            "configrollout_reconcile_duration_seconds",
+            "histogram",
+            "le",
+        ),
+        ("configrollout_region_writes_total", "counter", "result"),
+        ("configrollout_status_patches_total", "counter", "result"),
+        (
+            "configrollout_status_patch_duration_seconds",
+            "histogram",
+            "le",
+        ),
+        ("configrollout_gate_samples_total", "counter", "verdict"),
+        ("configrollout_writes_dropped_total", "counter", "write"),
+        ("configrollout_leader", "gauge", ""),
+        ("configrollout_rollouts", "gauge", "phase"),
+    ];
+
+    #[test]
+    fn names_types_and_labels_are_the_published_ones() {
+        let text = Metrics::new().render();
+        let families: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_once(' '))
+            .collect();
+        let expected: Vec<(&str, &str)> = CONTRACT
+            .iter()
+            .map(|(name, kind, _)| (*name, *kind))
+            .collect();
+        assert_eq!(families, expected);
+        for line in text.lines().filter(|line| line.starts_with("# HELP ")) {
+            assert!(!line.ends_with(".."), "{line}");
+        }
+        for sample in text.lines().filter(|line| !line.starts_with('#')) {
+            let (series, _value) = sample.rsplit_once(' ').unwrap();
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let (family, kind, label) = CONTRACT
+                .iter()
+                .find(|(family, kind, _)| match *kind {
+                    "histogram" => name
+                        .strip_prefix(family)
+                        .is_some_and(|rest| ["_bucket", "_sum", "_count"].contains(&rest)),
+                    _ => name == *family,
+                })
+                .unwrap_or_else(|| panic!("{sample} belongs to no family"));
+            let label_names: Vec<&str> = labels
+                .split(',')
+                .filter(|pair| !pair.is_empty())
+                .filter_map(|pair| pair.split_once('=').map(|(name, _)| name))
+                .collect();
+            let expected: Vec<&str> = match (*kind, name.ends_with("_bucket")) {
+                ("histogram", false) => vec![],
+                _ => label.split(',').filter(|l| !l.is_empty()).collect(),
+            };
+            assert_eq!(label_names, expected, "{sample} ({family})");
+        }
+        assert!(text.ends_with('\n'));
     }
 
     #[test]
@@ -700,63 +830,90 @@ mod tests {
             .gate_samples_total
             .add(SampleVerdict::Inconclusive, 3);
         metrics.leader.set(1);
-        metrics.rollouts.set_counts([
-            RolloutPhase::Progressing,
-            RolloutPhase::Complete,
-            RolloutPhase::Progressing,
-        ]);
         let text = metrics.render();
-        for line in [
-            "# TYPE configrollout_reconcile_total counter",
-            "configrollout_reconcile_total{result=\"ok\"} 2",
-            "configrollout_reconcile_total{result=\"error\"} 0",
-            "configrollout_reconcile_errors_total{category=\"not_leader\"} 0",
-            "configrollout_writes_dropped_total{write=\"region_object\"} 0",
-            "# TYPE configrollout_reconcile_duration_seconds histogram",
-            "configrollout_reconcile_duration_seconds_bucket{le=\"0.005\"} 0",
-            "configrollout_reconcile_duration_seconds_bucket{le=\"+Inf\"} 0",
-            "configrollout_reconcile_duration_seconds_count 0",
-            "configrollout_region_writes_total{result=\"ok\"} 0",
-            "configrollout_region_writes_total{result=\"conflict\"} 1",
-            "configrollout_region_writes_total{result=\"error\"} 0",
-            "configrollout_status_patches_total{result=\"ok\"} 0",
-            "configrollout_status_patch_duration_seconds_sum 0",
-            "configrollout_gate_samples_total{verdict=\"successful\"} 0",
-            "configrollout_gate_samples_total{verdict=\"inconclusive\"} 3",
-            "# TYPE configrollout_leader gauge",
-            "configrollout_leader 1",
-            "configrollout_rollouts{phase=\"Progressing\"} 2",
-            "configrollout_rollouts{phase=\"Complete\"} 1",
-            "configrollout_rollouts{phase=\"Pending\"} 0",
-        ] {
+        let mut expected = vec![
+            "# TYPE configrollout_reconcile_total counter".to_owned(),
+            "configrollout_reconcile_total{result=\"ok\"} 2".to_owned(),
+            "configrollout_reconcile_total{result=\"error\"} 0".to_owned(),
+            "# TYPE configrollout_reconcile_duration_seconds histogram".to_owned(),
+            "configrollout_reconcile_duration_seconds_bucket{le=\"0.005\"} 0".to_owned(),
+            "configrollout_reconcile_duration_seconds_bucket{le=\"10\"} 0".to_owned(),
+            "configrollout_reconcile_duration_seconds_bucket{le=\"+Inf\"} 0".to_owned(),
+            "configrollout_reconcile_duration_seconds_count 0".to_owned(),
+            "configrollout_region_writes_total{result=\"conflict\"} 1".to_owned(),
+            "configrollout_gate_samples_total{verdict=\"inconclusive\"} 3".to_owned(),
+            "# TYPE configrollout_leader gauge".to_owned(),
+            "configrollout_leader 1".to_owned(),
+        ];
+        let every = |name: &str, values: Vec<&str>, label: &str| -> Vec<String> {
+            values
+                .into_iter()
+                .map(|value| format!("{name}{{{label}=\"{value}\"}}"))
+                .collect()
+        };
+        let labelled = [
+            every(
+                "configrollout_reconcile_errors_total",
+                ErrorCategory::ALL.iter().map(|v| v.as_str()).collect(),
+                "category",
+            ),
+            every(
+                "configrollout_region_writes_total",
+                vec!["ok", "conflict", "error"],
+                "result",
+            ),
+            every(
+                "configrollout_status_patches_total",
+                vec!["ok", "conflict", "error"],
+                "result",
+            ),
+            every(
+                "configrollout_gate_samples_total",
+                vec!["successful", "failed", "inconclusive", "error"],
+                "verdict",
+            ),
+            every(
+                "configrollout_writes_dropped_total",
+                vec![
+                    "rollout_status",
+                    "region_status",
+                    "revision",
+                    "region_object",
+                    "event",
+                ],
+                "write",
+            ),
+            every(
+                "configrollout_rollouts",
+                vec![
+                    "Pending",
+                    "Progressing",
+                    "Paused",
+                    "AwaitingApproval",
+                    "Halted",
+                    "RollingBack",
+                    "RolledBack",
+                    "Complete",
+                ],
+                "phase",
+            ),
+        ];
+        for series in labelled.iter().flatten() {
             assert!(
-                text.lines().any(|candidate| candidate == line),
-                "missing {line:?} in\n{text}"
+                text.lines()
+                    .any(|line| line.starts_with(&format!("{series} "))),
+                "missing {series} in\n{text}"
             );
         }
-        // Every family is declared once, and every sample belongs to a declared family.
-        let families: Vec<&str> = text
-            .lines()
-            .filter_map(|line| line.strip_prefix("# TYPE "))
-            .filter_map(|line| line.split(' ').next())
-            .collect();
-        assert_eq!(families.len(), 10);
-        for sample in text.lines().filter(|line| !line.starts_with('#')) {
-            assert!(
-                families.iter().any(|family| sample.starts_with(family)),
-                "{sample} belongs to no family"
-            );
-        }
-        assert!(text.ends_with('\n'));
-    }
-
-    #[test]
-    fn floats_are_written_as_prometheus_reads_them() {
-        assert_eq!(float(f64::INFINITY), "+Inf");
-        assert_eq!(float(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(float(f64::NAN), "NaN");
-        assert_eq!(float(0.25), "0.25");
-        assert_eq!(float(10.0), "10");
+        assert_eq!(
+            ErrorCategory::ALL
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>(),
+            ["api", "invalid", "not_leader"]
+        );
+        expected.retain(|line| !text.lines().any(|candidate| candidate == line));
+        assert!(expected.is_empty(), "missing {expected:?} in\n{text}");
     }
 
     #[test]
@@ -766,6 +923,7 @@ mod tests {
             duration: Duration::from_millis(40),
             error: Some(ErrorCategory::Invalid),
             region_writes: 3,
+            region_write_conflicts: 2,
             region_write_failures: 1,
             samples_judged: SampleTally {
                 successful: 2,
@@ -781,24 +939,87 @@ mod tests {
             1
         );
         assert_eq!(metrics.region_writes_total.get(WriteResult::Ok), 3);
+        assert_eq!(metrics.region_writes_total.get(WriteResult::Conflict), 2);
         assert_eq!(metrics.region_writes_total.get(WriteResult::Error), 1);
         assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Successful), 2);
         assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Failed), 1);
         assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Error), 1);
         assert_eq!(metrics.status_patches_total.get(WriteResult::Conflict), 1);
         let text = metrics.render();
+        assert!(text.contains("configrollout_region_writes_total{result=\"conflict\"} 2\n"));
+        assert!(text.contains("configrollout_reconcile_errors_total{category=\"invalid\"} 1\n"));
         assert!(text.contains("configrollout_reconcile_duration_seconds_count 1\n"));
         assert!(text.contains("configrollout_status_patch_duration_seconds_count 1\n"));
     }
 
-    fn indexes_follow_all(all: &[impl LabelValue]) {
-        for (position, label) in all.iter().enumerate() {
-            assert_eq!(label.index(), position, "{}", label.as_str());
+    fn phase_count(text: &str, phase: &str) -> i64 {
+        let prefix = format!("configrollout_rollouts{{phase=\"{phase}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {phase} in\n{text}"))
+    }
+
+    #[test]
+    fn the_rollouts_gauge_counts_what_the_census_holds_at_each_scrape() {
+        let metrics = Arc::new(Metrics::new());
+        // Nothing watched yet (a standby): every phase 0.
+        assert_eq!(phase_count(&metrics.render(), "Complete"), 0);
+
+        let known = Arc::new(Mutex::new(vec![
+            Some(RolloutPhase::Complete),
+            Some(RolloutPhase::Complete),
+            Some(RolloutPhase::Halted),
+            None,
+        ]));
+        let census = {
+            let known = known.clone();
+            move || known.lock().unwrap().clone()
+        };
+        let guard = metrics.count_rollouts_from(census);
+        let text = metrics.render();
+        assert_eq!(phase_count(&text, "Complete"), 2);
+        assert_eq!(phase_count(&text, "Halted"), 1);
+        assert_eq!(phase_count(&text, "Pending"), 1, "no status yet is Pending");
+        assert_eq!(phase_count(&text, "Progressing"), 0);
+
+        // A rollout deleted: its phase's count goes down at the next scrape.
+        known.lock().unwrap().remove(0);
+        assert_eq!(phase_count(&metrics.render(), "Complete"), 1);
+        known.lock().unwrap().clear();
+        let text = metrics.render();
+        for phase in RolloutPhase::ALL {
+            assert_eq!(phase_count(&text, phase.as_str()), 0, "{phase:?}");
         }
+
+        // Stopped leading: the census goes, and so do the counts.
+        known.lock().unwrap().push(Some(RolloutPhase::Paused));
+        assert_eq!(phase_count(&metrics.render(), "Paused"), 1);
+        drop(guard);
+        assert_eq!(phase_count(&metrics.render(), "Paused"), 0);
+    }
+
+    #[test]
+    fn the_leader_gauge_follows_the_election_at_each_scrape() {
+        let metrics = Metrics::new();
+        let (leading, leading_rx) = tokio::sync::watch::channel(false);
+        let (_reachable, reachable_rx) = tokio::sync::watch::channel(true);
+        metrics.follow_leader(LeaderState::from_channels(leading_rx, reachable_rx));
+        assert!(metrics.render().contains("\nconfigrollout_leader 0\n"));
+        leading.send_replace(true);
+        assert!(metrics.render().contains("\nconfigrollout_leader 1\n"));
+        // The elector gone: not leading, whatever it said last.
+        drop(leading);
+        assert!(metrics.render().contains("\nconfigrollout_leader 0\n"));
     }
 
     #[test]
     fn every_label_value_sits_at_its_index() {
+        fn indexes_follow_all(all: &[impl LabelValue]) {
+            for (position, label) in all.iter().enumerate() {
+                assert_eq!(label.index(), position, "{}", label.as_str());
+            }
+        }
         indexes_follow_all(ReconcileResult::ALL);
         indexes_follow_all(WriteResult::ALL);
         indexes_follow_all(SampleVerdict::ALL);

@@ -119,11 +119,7 @@ impl World {
         .map(OsString::from)
         .collect();
         self.lab
-            .start_controller(
-                std::path::Path::new(env!("CARGO_BIN_EXE_lab-controller")),
-                identity,
-                &args,
-            )
+            .start_controller(&lab_controller_binary(), identity, &args)
             .expect("start controller")
     }
 
@@ -195,6 +191,17 @@ impl World {
         )
         .await;
     }
+}
+
+/// The controller binary the tests run: `LAB_CONTROLLER_BINARY` when set, else the
+/// `lab-controller` cargo built for this test. Worktrees that share one target directory
+/// overwrite each other's `target/debug/lab-controller`; pointing the variable at this
+/// tree's own `target/debug/deps/lab_controller-<hash>` keeps a long run on its build.
+pub fn lab_controller_binary() -> std::path::PathBuf {
+    std::env::var_os("LAB_CONTROLLER_BINARY")
+        .filter(|path| !path.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_lab-controller").into())
 }
 
 pub fn condition_true(rollout: &ConfigRollout, type_: &str) -> bool {
@@ -358,4 +365,25 @@ pub fn assert_lab_gone(root: &str, pids: Vec<u32>) {
         leftovers.is_empty(),
         "processes still using {root}: {leftovers:?}"
     );
+}
+
+/// The controller's `/metrics` at `metrics_url`, as text.
+pub async fn scrape(metrics_url: &str) -> String {
+    let http = reqwest::Client::builder()
+        .timeout(CALL)
+        .build()
+        .expect("http client");
+    within("scrape /metrics", async {
+        http.get(metrics_url).send().await?.text().await
+    })
+    .await
+}
+
+/// The value of the one sample `series` (name and labels, as exposed) in `exposition`.
+pub fn sample(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {series} in /metrics:\n{exposition}"))
 }
