@@ -507,12 +507,16 @@ async fn run_controller(
     let controller = Controller::new(rollouts, watcher::Config::default());
     let cache = controller.store();
     let region_cache = cache.clone();
+    let region_changes = triggers::RegionChanges::default();
     controller
         .watches(approvals, watcher::Config::default(), |approval| {
             let namespace = approval.namespace()?;
             Some(ObjectRef::<ConfigRollout>::new(&approval.spec.rollout).within(&namespace))
         })
         .watches(regions, watcher::Config::default(), move |region| {
+            if !region_changes.concerns(&region) {
+                return Vec::new();
+            }
             triggers::rollouts_for_region(&region_cache.state(), &region)
         })
         .watches(sources, watcher::Config::default(), move |source| {
