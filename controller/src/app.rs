@@ -504,7 +504,10 @@ async fn run_controller(
     // Metadata is all a source's trigger needs: the data is read by the reconcile, and
     // is never held here.
     let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
-    let controller = Controller::new(rollouts, watcher::Config::default());
+    let controller = Controller::new(rollouts, watcher::Config::default()).with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(reconcile::MAX_CONCURRENT_RECONCILES),
+    );
     let cache = controller.store();
     let region_cache = cache.clone();
     let region_changes = triggers::RegionChanges::default();
