@@ -259,7 +259,6 @@ async fn bench(n: usize, region_count: usize, timeout: Duration) -> BenchResult<
         let phase_start = Instant::now();
         let writes = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
             let rollouts = rollouts.clone();
-            let region_count = region_count;
             async move {
                 if revision == "r1" {
                     let rollout: ConfigRollout =
@@ -629,14 +628,14 @@ fn rollout_yaml(name: &str, i: usize, region_count: usize) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let gated = i % 10 == 0;
+    let gated = i.is_multiple_of(10);
     let canary_gates = if gated { ", gates: [healthy]" } else { "" };
     let gates = if gated {
         "  gates:\n    - {name: healthy, query: 'vector(0)', condition: result < 1, interval: 1s, count: 1}\n"
     } else {
         ""
     };
-    let stages = if i % 2 == 0 {
+    let stages = if i.is_multiple_of(2) {
         format!(
             "    - {{name: canary, regions: {{names: [region-1]}}{canary_gates}}}\n    - {{name: prod, regions: {{names: [{}]}}, maxParallel: {}}}\n",
             rest(2),
