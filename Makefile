@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench krew chart image
+.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench scale-bench krew chart image
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -64,6 +64,13 @@ demo: deps
 controller-bench: deps
 	$(CARGO) build --locked --release -p configrollout-e2e --bins
 	$(CARGO) run --locked --release -p configrollout-e2e --bin controller-bench -- $(CONTROLLER_BENCH_ARGS)
+
+# The controller at scale on the lab: N rollouts x R regions, two revisions each (memory,
+# CPU, completion time, API requests per rollout; see BENCHMARKS.md).
+# SCALE_BENCH_ARGS="--rollouts 1000 --regions 3" changes the size.
+scale-bench: deps
+	$(CARGO) build --locked --release -p configrollout-e2e --bins
+	$(CARGO) run --locked --release -p configrollout-e2e --bin scale-bench -- $(SCALE_BENCH_ARGS)
 
 # The kubectl plugin's release archive and krew manifest (plugins/krew/), in target/krew/.
 # RELEASE_URL is where the archive will be published: make krew RELEASE_URL=https://...

@@ -635,7 +635,10 @@ async fn run_controller(
     // Metadata is all a source's trigger needs: the data is read by the reconcile, and
     // is never held here.
     let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
-    let controller = Controller::new(rollouts, watcher::Config::default());
+    let controller = Controller::new(rollouts, watcher::Config::default()).with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(reconcile::MAX_CONCURRENT_RECONCILES),
+    );
     let cache = controller.store();
     let region_cache = cache.clone();
     // configrollout_rollouts counts this cache at each scrape, while the controller runs:
@@ -648,12 +651,16 @@ async fn run_controller(
             .map(|rollout| rollout.status.as_ref().and_then(|status| status.phase))
             .collect()
     });
+    let region_changes = triggers::RegionChanges::default();
     controller
         .watches(approvals, watcher::Config::default(), |approval| {
             let namespace = approval.namespace()?;
             Some(ObjectRef::<ConfigRollout>::new(&approval.spec.rollout).within(&namespace))
         })
         .watches(regions, watcher::Config::default(), move |region| {
+            if !region_changes.concerns(&region) {
+                return Vec::new();
+            }
             triggers::rollouts_for_region(&region_cache.state(), &region)
         })
         .watches(sources, watcher::Config::default(), move |source| {

@@ -46,6 +46,14 @@ const STALE_READ_REQUEUE: Duration = Duration::from_secs(1);
 /// The shortest wait between two reconciles of one rollout.
 const MIN_REQUEUE: Duration = Duration::from_millis(200);
 
+/// Reconciles running at once (of different rollouts; one rollout is never reconciled
+/// twice at once). Each holds its own hub and region requests, and every request in
+/// flight holds a connection: unbounded, 1,000 rollouts created at once opened about
+/// 3,800 connections and 300 MiB (`make scale-bench`, BENCHMARKS.md). The cost of the
+/// bound: while a region's API server is slow to answer, reconciles that read it take
+/// their slots for up to its connect or call timeout, and the others wait.
+pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
+
 /// How long one hub API call may take.
 pub const HUB_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far ahead of the controller's clock a stamp may be before it is refused by the

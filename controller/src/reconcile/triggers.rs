@@ -1,8 +1,11 @@
 //! Which rollouts a change of another object concerns, so that a Region's status patch or
 //! an edit of a `fromConfigMap` source reconciles those rollouts and no others.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
@@ -37,6 +40,48 @@ pub fn rollouts_for_region(
         })
         .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
         .collect()
+}
+
+/// Tells the Region changes that can matter to a rollout from the probe's refresh of
+/// `status.lastContactTime` alone, which the controller writes for every healthy region
+/// once a minute and which no rollout reads: without this filter each refresh reconciled
+/// every rollout of the region, so a minute of N rollouts over R regions cost N x R
+/// reconciles (each reading R regions) with nothing to do.
+///
+/// A change is skipped only when the Region is identical to the last one seen but for
+/// its contact time, resourceVersion and managedFields, and the contact time moved. An
+/// event identical in everything (a deletion carries the last state; a relist repeats it)
+/// still concerns the rollouts.
+#[derive(Debug, Default)]
+pub struct RegionChanges {
+    /// Per Region name: a hash of what rollouts read, and the contact time last seen.
+    seen: Mutex<HashMap<String, (u64, Option<Time>)>>,
+}
+
+impl RegionChanges {
+    /// Whether this version of `region` may change what a rollout decides; remembers it.
+    pub fn concerns(&self, region: &Region) -> bool {
+        let mut relevant = region.clone();
+        relevant.metadata.resource_version = None;
+        relevant.metadata.managed_fields = None;
+        let contact = relevant
+            .status
+            .as_mut()
+            .and_then(|status| status.last_contact_time.take());
+        let mut hasher = DefaultHasher::new();
+        // Serialisation failing would be a bug in the types; then it concerns them.
+        let Ok(json) = serde_json::to_string(&relevant) else {
+            return true;
+        };
+        json.hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let mut seen = match self.seen.lock() {
+            Ok(seen) => seen,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let previous = seen.insert(region.name_any(), (fingerprint, contact.clone()));
+        !matches!(previous, Some((before, before_contact)) if before == fingerprint && before_contact != contact)
+    }
 }
 
 /// The rollouts that read the ConfigMap `namespace/name` as their `spec.fromConfigMap`.
@@ -123,6 +168,48 @@ mod tests {
             names(rollouts_for_region(&rollouts, &region("ap-1", "staging"))),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn only_a_contact_time_refresh_of_a_region_concerns_no_rollout() {
+        let changes = RegionChanges::default();
+        let at = |second: i64| Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap());
+        let mut eu = region("eu-1", "prod");
+        eu.metadata.resource_version = Some("1".to_owned());
+        eu.status = Some(crate::api::RegionStatus {
+            reachable: Some(true),
+            last_contact_time: Some(at(1_000)),
+            ..Default::default()
+        });
+        assert!(changes.concerns(&eu), "first sight");
+
+        // The probe refreshes the contact time: nothing a rollout reads changed.
+        let mut refreshed = eu.clone();
+        refreshed.metadata.resource_version = Some("2".to_owned());
+        refreshed.status.as_mut().unwrap().last_contact_time = Some(at(1_060));
+        assert!(!changes.concerns(&refreshed));
+
+        // The same object again (its deletion, or a relist): concerns them.
+        let mut deleted = refreshed.clone();
+        deleted.metadata.resource_version = Some("3".to_owned());
+        assert!(changes.concerns(&deleted));
+
+        // Unreachable, with a newer contact time too: concerns them.
+        let mut unreachable = refreshed.clone();
+        let status = unreachable.status.as_mut().unwrap();
+        status.reachable = Some(false);
+        status.last_contact_time = Some(at(1_120));
+        assert!(changes.concerns(&unreachable));
+
+        // A label change: concerns them.
+        let mut relabelled = unreachable.clone();
+        relabelled.metadata.labels = Some([("tier".to_owned(), "canary".to_owned())].into());
+        assert!(changes.concerns(&relabelled));
+
+        // Another region is remembered apart.
+        let mut us = region("us-1", "prod");
+        us.status = eu.status.clone();
+        assert!(changes.concerns(&us));
     }
 
     #[test]

@@ -1,0 +1,672 @@
+//! The controller at scale on the lab: N rollouts of 2-3 stages across R regions, each
+//! through two revisions, one in ten with a gate on the lab's Prometheus. Reports, per
+//! revision and for the run:
+//!
+//! - controller RSS (sampled from `/proc/<pid>/status` every 200 ms: the peak, and the
+//!   steady value 20 s after the last rollout completed) and CPU seconds
+//!   (`/proc/<pid>/stat` utime + stime);
+//! - time from creating (or changing) the rollouts to all of them Complete;
+//! - p50/p99 of "revision declared -> region holds it": each region's
+//!   `status.regions[].materialized.at` minus the revision's `status.history[].declaredAt`
+//!   (both `metav1.Time`, so whole seconds), for every region and for the first stage's;
+//! - API requests per rollout per revision, hub and each region, from the apiservers'
+//!   own `apiserver_request_total` (deltas, split by verb; the bench's own creates,
+//!   patches and single watch are subtracted from the hub's);
+//! - reconciles per second (`configrollout_reconcile_total` of the controller's
+//!   `/metrics`);
+//! - the largest rollout object and status (JSON bytes, as the watch delivered them).
+//!
+//! `make scale-bench SCALE_BENCH_ARGS="--rollouts 1000 --regions 3"` (release build).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use configrollout::api::ConfigRollout;
+use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
+use configrollout_e2e::{HUB, Lab, LabOptions, User};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+const NAMESPACE: &str = "scale";
+const TARGET_NAMESPACE: &str = "app";
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+const STEADY_AFTER: Duration = Duration::from_secs(20);
+/// Creates and patches in flight at once.
+const WRITERS: usize = 16;
+
+type BenchResult<T> = Result<T, String>;
+
+fn arg(name: &str, default: usize) -> BenchResult<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let parsed = (|| {
+        Ok::<_, String>((
+            arg("--rollouts", 100)?,
+            arg("--regions", 3)?,
+            arg("--timeout-secs", 1800)?,
+        ))
+    })();
+    let (rollouts, regions, timeout) = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("scale-bench: {error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if regions < 3 || rollouts == 0 {
+        eprintln!("scale-bench: needs --regions 3 or more and --rollouts 1 or more");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("scale-bench: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(bench(
+        rollouts,
+        regions,
+        Duration::from_secs(timeout as u64),
+    )) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("scale-bench failed: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the watch has seen of each rollout.
+#[derive(Default)]
+struct Seen {
+    /// The latest object of each rollout.
+    latest: BTreeMap<String, ConfigRollout>,
+    /// When each (rollout, revision) was first seen Complete.
+    complete: BTreeMap<(String, String), Instant>,
+    /// The object as it was when first seen Complete, per (rollout, revision).
+    at_complete: BTreeMap<(String, String), ConfigRollout>,
+}
+
+/// Request counts by verb.
+type Verbs = BTreeMap<String, f64>;
+
+struct Snapshot {
+    at: Instant,
+    cpu_ticks: u64,
+    reconciles: f64,
+    /// Per cluster (hub first), counts by verb.
+    requests: Vec<(String, Verbs)>,
+}
+
+struct Phase {
+    name: &'static str,
+    elapsed: Duration,
+    rss_peak_kib: u64,
+    cpu_seconds: f64,
+    reconciles_per_second: f64,
+    reconciles: f64,
+    /// Per cluster, requests by verb per rollout.
+    per_rollout: Vec<(String, Verbs)>,
+    all_regions: Vec<f64>,
+    first_stage: Vec<f64>,
+    largest_object: usize,
+    largest_status: usize,
+}
+
+async fn bench(n: usize, region_count: usize, timeout: Duration) -> BenchResult<()> {
+    let lab = Lab::start(LabOptions {
+        regions: region_count,
+        ..LabOptions::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
+    lab.create_namespace(HUB, NAMESPACE)
+        .await
+        .map_err(|e| e.to_string())?;
+    lab.annotate_namespace(
+        HUB,
+        NAMESPACE,
+        &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut clusters = vec![(HUB.to_owned(), hub.clone())];
+    for region in lab.regions() {
+        lab.create_namespace(&region, TARGET_NAMESPACE)
+            .await
+            .map_err(|e| e.to_string())?;
+        let client = lab
+            .client(&region, User::Admin)
+            .map_err(|e| e.to_string())?;
+        clusters.push((region, client));
+    }
+    let lab_rss: u64 = lab.pids().iter().filter_map(|pid| rss_kib(*pid)).sum();
+
+    let port = free_port()?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let controller = lab
+        .start_controller(
+            &me.with_file_name("lab-controller"),
+            "controller",
+            &[
+                "--probe-addr",
+                &format!("127.0.0.1:{port}"),
+                "--prometheus-url",
+                &lab.prometheus_url(),
+                "--log-filter",
+                "warn",
+            ]
+            .map(OsString::from),
+        )
+        .map_err(|e| e.to_string())?;
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(pid) = controller.program_pid()
+            && http.get(&metrics_url).send().await.is_ok()
+        {
+            break pid;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "controller did not serve /metrics: {}",
+                controller.log_tail(20)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Let it settle: leader election, first probe of the regions.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle_rss = rss_kib(pid).unwrap_or_default();
+
+    // RSS sampler: the peak since the last reset.
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let peak = peak.clone();
+        let sampling = sampling.clone();
+        tokio::spawn(async move {
+            while sampling.load(Ordering::Relaxed) {
+                if let Some(kib) = rss_kib(pid) {
+                    peak.fetch_max(kib, Ordering::Relaxed);
+                }
+                tokio::time::sleep(SAMPLE_EVERY).await;
+            }
+        })
+    };
+
+    // One watch of the rollouts, for completion times and statuses.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
+    let watch = {
+        let seen = seen.clone();
+        let rollouts = rollouts.clone();
+        tokio::spawn(async move {
+            let stream = watcher(rollouts, watcher::Config::default()).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Ok(Some(event)) = stream.try_next().await {
+                let objects = match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => vec![o],
+                    _ => vec![],
+                };
+                let Ok(mut seen) = seen.lock() else { return };
+                for rollout in objects {
+                    let status = rollout.status.clone().unwrap_or_default();
+                    let complete = status.phase.as_ref().is_some_and(|p| {
+                        serde_json::to_value(p)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            == Some("Complete".to_owned())
+                    });
+                    if complete && let Some(revision) = status.revision.clone() {
+                        let key = (rollout.name_any(), revision);
+                        if !seen.complete.contains_key(&key) {
+                            seen.complete.insert(key.clone(), Instant::now());
+                            seen.at_complete.insert(key, rollout.clone());
+                        }
+                    }
+                    seen.latest.insert(rollout.name_any(), rollout);
+                }
+            }
+        })
+    };
+
+    let names: Vec<String> = (0..n).map(|i| format!("s-{i:05}")).collect();
+    let mut phases = Vec::new();
+    for revision in ["r1", "r2"] {
+        peak.store(rss_kib(pid).unwrap_or_default(), Ordering::Relaxed);
+        let before = snapshot(&clusters, &http, &metrics_url, pid).await?;
+        let phase_start = Instant::now();
+        let writes = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
+            let rollouts = rollouts.clone();
+            async move {
+                if revision == "r1" {
+                    let rollout: ConfigRollout =
+                        serde_yaml::from_str(&rollout_yaml(name, i, region_count))
+                            .map_err(|e| e.to_string())?;
+                    rollouts
+                        .create(&PostParams::default(), &rollout)
+                        .await
+                        .map_err(|e| format!("create {name}: {e}"))?;
+                } else {
+                    let patch = serde_json::json!({"spec": {"data": {"limit": "2", "extra": "y"}}});
+                    rollouts
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| format!("patch {name}: {e}"))?;
+                }
+                Ok::<_, String>(())
+            }
+        }))
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>();
+        writes.await?;
+        let writes_done = phase_start.elapsed();
+        // Wait for every rollout to complete this revision.
+        let mut reported = Instant::now();
+        let done_at = loop {
+            let (done, last) = {
+                let seen = seen.lock().map_err(|e| e.to_string())?;
+                let times: Vec<Instant> = names
+                    .iter()
+                    .filter_map(|name| {
+                        seen.complete
+                            .get(&(name.clone(), revision.to_owned()))
+                            .copied()
+                    })
+                    .collect();
+                (times.len(), times.into_iter().max())
+            };
+            if done == n {
+                break last.unwrap_or_else(Instant::now);
+            }
+            if reported.elapsed() > Duration::from_secs(15) {
+                reported = Instant::now();
+                eprintln!(
+                    "scale-bench: {revision}: {done} of {n} Complete after {:.0?}, controller RSS {} KiB",
+                    phase_start.elapsed(),
+                    rss_kib(pid).unwrap_or_default()
+                );
+            }
+            if phase_start.elapsed() > timeout {
+                sampling.store(false, Ordering::Relaxed);
+                return Err(format!(
+                    "{revision}: only {done} of {n} rollouts Complete after {timeout:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        // Let the last status writes and reads land before counting.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = snapshot(&clusters, &http, &metrics_url, pid).await?;
+        let elapsed = done_at.saturating_duration_since(phase_start);
+        eprintln!(
+            "scale-bench: {revision}: {n} rollouts written in {writes_done:.1?}, all Complete after {elapsed:.1?}"
+        );
+        let (all_regions, first_stage, largest_object, largest_status) = {
+            let seen = seen.lock().map_err(|e| e.to_string())?;
+            let mut all = Vec::new();
+            let mut first = Vec::new();
+            for name in &names {
+                if let Some(rollout) = seen.at_complete.get(&(name.clone(), revision.to_owned())) {
+                    declared_to_held(rollout, revision, &mut all, &mut first);
+                }
+            }
+            let mut largest_object = 0;
+            let mut largest_status = 0;
+            for rollout in seen.latest.values() {
+                largest_object =
+                    largest_object.max(serde_json::to_vec(rollout).map_or(0, |v| v.len()));
+                largest_status =
+                    largest_status.max(serde_json::to_vec(&rollout.status).map_or(0, |v| v.len()));
+            }
+            (all, first, largest_object, largest_status)
+        };
+        // The bench's own writes, not the controller's.
+        let own = if revision == "r1" { "POST" } else { "PATCH" };
+        let per_rollout = after
+            .requests
+            .iter()
+            .zip(&before.requests)
+            .map(|((cluster, after), (_, before))| {
+                let mut verbs = Verbs::new();
+                for (verb, count) in after {
+                    let mut delta = count - before.get(verb).copied().unwrap_or_default();
+                    if cluster == HUB && verb == own {
+                        delta -= n as f64;
+                    }
+                    if delta > 0.0 {
+                        verbs.insert(verb.clone(), delta / n as f64);
+                    }
+                }
+                (cluster.clone(), verbs)
+            })
+            .collect();
+        let seconds = after.at.duration_since(before.at).as_secs_f64();
+        phases.push(Phase {
+            name: revision,
+            elapsed,
+            rss_peak_kib: peak.load(Ordering::Relaxed),
+            cpu_seconds: (after.cpu_ticks - before.cpu_ticks) as f64 / clock_ticks(),
+            reconciles: after.reconciles - before.reconciles,
+            reconciles_per_second: (after.reconciles - before.reconciles) / seconds,
+            per_rollout,
+            all_regions,
+            first_stage,
+            largest_object,
+            largest_status,
+        });
+    }
+    tokio::time::sleep(STEADY_AFTER).await;
+    let steady_rss = rss_kib(pid).unwrap_or_default();
+    let end = snapshot(&clusters, &http, &metrics_url, pid).await?;
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    watch.abort();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    controller.stop();
+    drop(lab);
+
+    print_report(
+        n,
+        region_count,
+        idle_rss,
+        steady_rss,
+        end.cpu_ticks as f64 / clock_ticks(),
+        lab_rss,
+        &phases,
+        load.trim(),
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_report(
+    n: usize,
+    region_count: usize,
+    idle_rss: u64,
+    steady_rss: u64,
+    total_cpu: f64,
+    lab_rss: u64,
+    phases: &[Phase],
+    load: &str,
+) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!();
+    println!(
+        "scale-bench: {n} rollouts x {region_count} regions (hub + {region_count} control planes, {:.0} MiB before the controller started)",
+        mib(lab_rss)
+    );
+    println!(
+        "controller RSS: idle {:.1} MiB, steady {:.1} MiB ({STEADY_AFTER:?} after the last Complete), CPU {total_cpu:.1} s over the whole process life",
+        mib(idle_rss),
+        mib(steady_rss)
+    );
+    println!("load average at the end: {load}");
+    println!();
+    println!(
+        "| revision | all Complete after | RSS peak | per rollout (peak - idle) | CPU s | reconciles | reconciles/s | declared -> held p50 / p99 (all regions) | p50 / p99 (first stage) | largest object / status |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for phase in phases {
+        let (p50, p99) = percentiles(&phase.all_regions);
+        let (f50, f99) = percentiles(&phase.first_stage);
+        println!(
+            "| {} | {:.1} s | {:.1} MiB | {:.1} KiB | {:.1} | {:.0} | {:.1} | {p50:.0} s / {p99:.0} s (n={}) | {f50:.0} s / {f99:.0} s (n={}) | {} / {} B |",
+            phase.name,
+            phase.elapsed.as_secs_f64(),
+            mib(phase.rss_peak_kib),
+            phase.rss_peak_kib.saturating_sub(idle_rss) as f64 / n as f64,
+            phase.cpu_seconds,
+            phase.reconciles,
+            phase.reconciles_per_second,
+            phase.all_regions.len(),
+            phase.first_stage.len(),
+            phase.largest_object,
+            phase.largest_status,
+        );
+    }
+    println!();
+    println!("API requests per rollout (apiserver_request_total deltas, by verb):");
+    println!();
+    println!("| revision | cluster | total | by verb |");
+    println!("|---|---|---:|---|");
+    for phase in phases {
+        let mut region_totals = Vec::new();
+        for (cluster, verbs) in &phase.per_rollout {
+            let total: f64 = verbs.values().sum();
+            if cluster != HUB {
+                region_totals.push(total);
+            }
+            let detail: Vec<String> = verbs
+                .iter()
+                .map(|(verb, count)| format!("{verb} {count:.2}"))
+                .collect();
+            println!(
+                "| {} | {cluster} | {total:.2} | {} |",
+                phase.name,
+                detail.join(", ")
+            );
+        }
+        let mean = region_totals.iter().sum::<f64>() / region_totals.len().max(1) as f64;
+        println!("| {} | mean per region | {mean:.2} | |", phase.name);
+    }
+}
+
+fn percentiles(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Seconds from the revision's declaration to each region's materialised mark.
+fn declared_to_held(
+    rollout: &ConfigRollout,
+    revision: &str,
+    all: &mut Vec<f64>,
+    first: &mut Vec<f64>,
+) {
+    let Some(status) = &rollout.status else {
+        return;
+    };
+    let Some(declared) = status
+        .history
+        .iter()
+        .find(|record| record.name == revision)
+        .map(|record| record.declared_at.0.as_millisecond())
+    else {
+        return;
+    };
+    let first_stage = rollout.spec.stages.first().map(|stage| stage.name.clone());
+    for region in &status.regions {
+        let Some(mark) = &region.materialized else {
+            continue;
+        };
+        if mark.revision != revision {
+            continue;
+        }
+        let seconds = (mark.at.0.as_millisecond() - declared) as f64 / 1000.0;
+        all.push(seconds);
+        if region.stage.is_some() && region.stage == first_stage {
+            first.push(seconds);
+        }
+    }
+}
+
+async fn snapshot(
+    clusters: &[(String, Client)],
+    http: &reqwest::Client,
+    metrics_url: &str,
+    pid: u32,
+) -> BenchResult<Snapshot> {
+    let mut requests = Vec::new();
+    for (cluster, client) in clusters {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let text = client
+            .request_text(request)
+            .await
+            .map_err(|e| format!("{cluster} /metrics: {e}"))?;
+        requests.push((cluster.clone(), request_counts(&text)));
+    }
+    let text = http
+        .get(metrics_url)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let reconciles = text
+        .lines()
+        .filter(|line| line.starts_with("configrollout_reconcile_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    Ok(Snapshot {
+        at: Instant::now(),
+        cpu_ticks: cpu_ticks(pid).unwrap_or_default(),
+        reconciles,
+        requests,
+    })
+}
+
+/// `apiserver_request_total` summed by verb, for requests on resources (not `/metrics`,
+/// `/version` or health checks).
+fn request_counts(text: &str) -> Verbs {
+    let mut verbs = Verbs::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+        };
+        if label("resource").unwrap_or_default().is_empty() {
+            continue;
+        }
+        let (Some(verb), Ok(value)) = (label("verb"), value.trim().parse::<f64>()) else {
+            continue;
+        };
+        *verbs.entry(verb).or_default() += value;
+    }
+    verbs
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// utime + stime of the process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start at field 3.
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn free_port() -> BenchResult<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Rollout `i`: two stages (canary region-1, then the rest) when `i` is even, three
+/// (region-1, region-2, the rest) when odd; every tenth gated on the lab's Prometheus.
+fn rollout_yaml(name: &str, i: usize, region_count: usize) -> String {
+    let region = |k: usize| format!("region-{k}");
+    let rest = |from: usize| {
+        (from..=region_count)
+            .map(region)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let gated = i.is_multiple_of(10);
+    let canary_gates = if gated { ", gates: [healthy]" } else { "" };
+    let gates = if gated {
+        "  gates:\n    - {name: healthy, query: 'vector(0)', condition: result < 1, interval: 1s, count: 1}\n"
+    } else {
+        ""
+    };
+    let stages = if i.is_multiple_of(2) {
+        format!(
+            "    - {{name: canary, regions: {{names: [region-1]}}{canary_gates}}}\n    - {{name: prod, regions: {{names: [{}]}}, maxParallel: {}}}\n",
+            rest(2),
+            region_count - 1
+        )
+    } else {
+        format!(
+            "    - {{name: canary, regions: {{names: [region-1]}}{canary_gates}}}\n    - {{name: early, regions: {{names: [region-2]}}}}\n    - {{name: prod, regions: {{names: [{}]}}, maxParallel: {}}}\n",
+            rest(3),
+            region_count - 2
+        )
+    };
+    format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {NAMESPACE}}}\nspec:\n  target: {{namespace: {TARGET_NAMESPACE}, name: {name}}}\n  data: {{limit: \"1\", timeout_ms: \"250\", mode: fast}}\n{gates}  stages:\n{stages}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollouts_parse() {
+        for i in 0..4 {
+            let _: ConfigRollout = serde_yaml::from_str(&rollout_yaml("s-1", i * 5, 10)).unwrap();
+        }
+    }
+
+    #[test]
+    fn request_counts_sum_resource_requests_by_verb() {
+        let text = "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"} 3\napiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"\",scope=\"\",subresource=\"/metrics\",verb=\"GET\",version=\"\"} 7\napiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"} 2\n";
+        assert_eq!(request_counts(text), Verbs::from([("GET".to_owned(), 5.0)]));
+    }
+}
