@@ -79,8 +79,8 @@ pub fn encode_delta(delta: &Delta) -> Result<String, CodecError> {
 
 /// Decodes a replica, validating everything [`encode`] guarantees.
 pub fn decode(text: &str) -> Result<Replica, CodecError> {
-    check_version(text)?;
-    let wire: WireReplica<'_> = serde_json::from_str(text).map_err(malformed)?;
+    let wire: WireReplica<'_> = parse(text)?;
+    check_version(Some(wire.v))?;
     let writers = decode_writers(&wire.writers)?;
     if wire.frontiers.len() != writers.len() {
         return Err(CodecError::FrontierCount {
@@ -117,8 +117,8 @@ pub fn decode(text: &str) -> Result<Replica, CodecError> {
 
 /// Decodes a delta, validating everything [`encode_delta`] guarantees.
 pub fn decode_delta(text: &str) -> Result<Delta, CodecError> {
-    check_version(text)?;
-    let wire: WireDelta<'_> = serde_json::from_str(text).map_err(malformed)?;
+    let wire: WireDelta<'_> = parse(text)?;
+    check_version(Some(wire.v))?;
     let writers = decode_writers(&wire.writers)?;
     let stamps = decode_stamps(&wire.stamps, &writers)?;
     for (index, writer) in writers.iter().enumerate() {
@@ -265,17 +265,28 @@ struct WireEntry<'a>(
     usize,
 );
 
-/// Size first (cheap), then the version alone, so a document of another version is
-/// reported as such rather than as a shape error.
-fn check_version(text: &str) -> Result<(), CodecError> {
+/// Parses a document after checking its size (cheap). Only when the shape is refused is
+/// the version read alone, so that a document of another version is reported as such
+/// rather than as a shape error: probing every document first parsed it twice, about a
+/// seventh of the controller's work per region write (BENCHMARKS.md).
+fn parse<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, CodecError> {
     if text.len() > MAX_DECODED_BYTES {
         return Err(CodecError::TooLarge {
             size: text.len(),
             limit: MAX_DECODED_BYTES,
         });
     }
-    let probe: VersionProbe = serde_json::from_str(text).map_err(malformed)?;
-    match probe.v {
+    serde_json::from_str(text).map_err(|error| {
+        match serde_json::from_str::<VersionProbe>(text) {
+            Ok(probe) => check_version(probe.v).err(),
+            Err(_) => None,
+        }
+        .unwrap_or_else(|| malformed(error))
+    })
+}
+
+fn check_version(found: Option<u64>) -> Result<(), CodecError> {
+    match found {
         None => Err(CodecError::MissingVersion),
         Some(FORMAT_VERSION) => Ok(()),
         Some(found) => Err(CodecError::UnsupportedVersion {
