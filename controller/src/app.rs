@@ -10,15 +10,16 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -27,8 +28,9 @@ use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{LeaderElector, LeaderError, LeaderState, LeaseConfig, default_identity};
+use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{
-    self, Context, HubError, ReconcileError, WriteFence, region_status, triggers,
+    self, Context, HubError, ReconcileError, WriteFence, region_status, revision_store, triggers,
 };
 use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
@@ -341,6 +343,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
     let ctx = Arc::new(Context {
         hub: hub.clone(),
+        hub_cache: Default::default(),
         region_clients: RegionClients::new(
             hub.clone(),
             CredentialPolicy {
@@ -368,6 +371,13 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         four_eyes_default: options.four_eyes,
         policies: Default::default(),
     });
+
+    follow_secret_versions(
+        &ctx,
+        watch_hub.clone(),
+        &options.namespace,
+        stop_work.clone(),
+    );
 
     // Caches: the controller's watches need the CRDs served; one list proves it.
     let rollouts: Api<ConfigRollout> = Api::all(hub.clone());
@@ -632,6 +642,8 @@ async fn run_controller(
     let rollouts: Api<ConfigRollout> = Api::all(watch_hub.clone());
     let approvals: Api<StageApproval> = Api::all(watch_hub.clone());
     let regions: Api<Region> = Api::all(watch_hub.clone());
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(watch_hub.clone());
+    let revisions: Api<PartialObjectMeta<ControllerRevision>> = Api::all(watch_hub.clone());
     // Metadata is all a source's trigger needs: the data is read by the reconcile, and
     // is never held here.
     let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
@@ -652,17 +664,74 @@ async fn run_controller(
             .collect()
     });
     let region_changes = triggers::RegionChanges::default();
+    // The reconciles read Regions, approvals and Namespaces from these stores; each is
+    // updated before its event triggers a reconcile.
+    let (region_store, region_writer) = reflector::store();
+    let (approval_store, approval_writer) = reflector::store();
+    let (namespace_store, namespace_writer) = reflector::store();
+    let (revision_store, revision_writer) = reflector::store();
+    ctx.hub_cache.install(HubStores {
+        regions: region_store,
+        approvals: approval_store,
+        namespaces: namespace_store,
+        revisions: revision_store,
+    });
+    let approvals = reflector::reflector(
+        approval_writer,
+        watcher(approvals, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .touched_objects();
+    let regions = reflector::reflector(
+        region_writer,
+        watcher(regions, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .touched_objects();
+    // Namespaces trigger nothing: a grant is read at the rollout's next reconcile, as
+    // it was when it was read by a request.
+    let namespaces = reflector::reflector(
+        namespace_writer,
+        watcher(namespaces, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .touched_objects();
+    // Which revisions exist (metadata only: their values are read once each, by name,
+    // and kept decoded until deleted).
+    let decoded_ctx = ctx.clone();
+    let revisions = reflector::reflector(
+        revision_writer,
+        watcher(
+            revisions,
+            watcher::Config::default().labels(revision_store::ROLLOUT_LABEL),
+        )
+        .default_backoff()
+        .modify(drop_managed_fields),
+    )
+    .inspect_ok(move |event| {
+        if let watcher::Event::Delete(object) = event
+            && let Some(uid) = object.metadata.uid.as_deref()
+        {
+            decoded_ctx.hub_cache.decoded_revisions().remove(uid);
+        }
+    })
+    .touched_objects();
     controller
-        .watches(approvals, watcher::Config::default(), |approval| {
+        .watches_stream(approvals, |approval| {
             let namespace = approval.namespace()?;
             Some(ObjectRef::<ConfigRollout>::new(&approval.spec.rollout).within(&namespace))
         })
-        .watches(regions, watcher::Config::default(), move |region| {
+        .watches_stream(regions, move |region| {
             if !region_changes.concerns(&region) {
                 return Vec::new();
             }
             triggers::rollouts_for_region(&region_cache.state(), &region)
         })
+        .watches_stream(namespaces, |_| Vec::new())
+        .watches_stream(revisions, |_| Vec::new())
         .watches(sources, watcher::Config::default(), move |source| {
             let namespace = source.namespace().unwrap_or_default();
             triggers::rollouts_for_source(&cache.state(), &namespace, &source.name_any())
@@ -675,6 +744,43 @@ async fn run_controller(
             }
         })
         .await;
+}
+
+/// Follows the resourceVersions of the Secrets in the controller's namespace (metadata
+/// only), so that a region's client is rebuilt when its kubeconfig changes without a read
+/// of the Secret per use. Should the watch end, clients read their Secret at each use.
+fn follow_secret_versions(
+    ctx: &Context,
+    watch_hub: Client,
+    namespace: &str,
+    stop: CancellationToken,
+) {
+    let (store, writer) = reflector::store();
+    ctx.region_clients.follow_secret_versions(store);
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::namespaced(watch_hub, namespace);
+    let events = reflector::reflector(
+        writer,
+        watcher(secrets, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .for_each(|event| {
+        if let Err(error) = event {
+            tracing::debug!(%error, "kubeconfig Secret watch");
+        }
+        std::future::ready(())
+    });
+    tokio::spawn(async move {
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = events => {}
+        }
+    });
+}
+
+/// The cached copies need no record of who wrote which field.
+fn drop_managed_fields<K: ResourceExt>(object: &mut K) {
+    object.managed_fields_mut().clear();
 }
 
 fn error_policy(rollout: Arc<ConfigRollout>, error: &ReconcileError, ctx: Arc<Context>) -> Action {

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use kube::ResourceExt;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 
-use super::revision_store::RevisionStore;
 use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
@@ -63,7 +62,7 @@ pub async fn act(
 ) -> Result<(), HubError> {
     let rollout = input.rollout;
     let namespace = rollout.namespace().unwrap_or_default();
-    let store = RevisionStore::new(ctx.hub.clone(), &namespace);
+    let store = ctx.hub_cache.revision_store(ctx.hub.clone(), &namespace);
     let collected_through = collected_through(rollout);
     for action in actions {
         match action {

@@ -149,6 +149,9 @@ pub enum HubError {
     /// This replica does not hold the Lease: it must not write.
     #[error("not the leader: not written")]
     NotLeader,
+    /// The controller's caches of the hub have not had their first list.
+    #[error("the caches of Regions, StageApprovals and Namespaces are not filled yet")]
+    CacheNotReady,
     /// An action names a revision that is not stored.
     #[error("revision {revision} is not stored in the hub")]
     MissingRevision {
@@ -167,7 +170,7 @@ impl HubError {
     /// The metric label, and the retry policy.
     pub fn category(&self) -> ErrorCategory {
         match self {
-            HubError::Call(_) => ErrorCategory::Api,
+            HubError::Call(_) | HubError::CacheNotReady => ErrorCategory::Api,
             HubError::NotLeader => ErrorCategory::NotLeader,
             HubError::MalformedRevision { .. }
             | HubError::RevisionTooLarge { .. }

@@ -1,6 +1,7 @@
 //! Reading a rollout's inputs from the hub: the grant on its Namespace, its desired data,
 //! the Regions, its approvals and its stored revisions. Nothing here writes, and nothing
-//! here reads a region.
+//! here reads a region. The Namespace, the Regions and the approvals come from the
+//! controller's watches ([`super::hub_cache`]).
 
 use std::collections::BTreeMap;
 
@@ -9,10 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use super::hub_cache::HubStores;
 use super::revision_store::RevisionStore;
 use super::{Context, HubError, api_call};
 use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
-use crate::api::{ConfigRollout, Region, StageApproval};
+use crate::api::{ConfigRollout, Region};
 use crate::engine::{ApprovalObservation, Control, Grant};
 use crate::regions::publication::RevisionState;
 
@@ -38,12 +40,13 @@ pub struct Fetched {
 /// revision's stamp.
 pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, HubError> {
     let namespace = rollout.namespace().unwrap_or_default();
-    let store = RevisionStore::new(ctx.hub.clone(), &namespace);
-    let ((grant, grant_error), desired, regions, approvals, revisions) = futures::try_join!(
-        grant(&ctx.hub, &namespace),
+    let cached = ctx.hub_cache.stores().await?;
+    let store = ctx.hub_cache.revision_store(ctx.hub.clone(), &namespace);
+    let regions = cached.regions();
+    let approvals = approvals(&cached, rollout);
+    let ((grant, grant_error), desired, revisions) = futures::try_join!(
+        grant(&ctx.hub, &cached, &namespace),
         desired_data(&ctx.hub, rollout),
-        regions(&ctx.hub),
-        approvals(&ctx.hub, rollout),
         store.load(rollout),
     )?;
     for revision in revisions.values() {
@@ -85,18 +88,11 @@ async fn desired_data(
 }
 
 /// The StageApprovals naming `rollout`.
-async fn approvals(
-    hub: &Client,
-    rollout: &ConfigRollout,
-) -> Result<Vec<ApprovalObservation>, HubError> {
+fn approvals(cached: &HubStores, rollout: &ConfigRollout) -> Vec<ApprovalObservation> {
     let namespace = rollout.namespace().unwrap_or_default();
-    let api: Api<StageApproval> = Api::namespaced(hub.clone(), &namespace);
-    let list = api_call("list approvals", api.list(&ListParams::default())).await?;
-    let name = rollout.name_any();
-    Ok(list
-        .items
+    cached
+        .approvals_of(&namespace, &rollout.name_any())
         .into_iter()
-        .filter(|approval| approval.spec.rollout == name)
         .map(|approval| ApprovalObservation {
             name: approval.name_any(),
             rollout_uid: approval.spec.rollout_uid.clone(),
@@ -112,7 +108,7 @@ async fn approvals(
                 .map(|time| from_k8s_time(&time.0))
                 .unwrap_or_default(),
         })
-        .collect())
+        .collect()
 }
 
 /// Every Region of the hub.
@@ -125,16 +121,25 @@ pub async fn regions(hub: &Client) -> Result<Vec<Region>, HubError> {
 
 /// What the rollout's namespace may reach: the grant on its hub Namespace, or, when an
 /// annotation there is malformed, the default grant and the error (reported as
-/// `InvalidSpec`, so nothing is written until a platform admin fixes it).
-async fn grant(hub: &Client, namespace: &str) -> Result<(Grant, Option<String>), HubError> {
-    let api: Api<Namespace> = Api::all(hub.clone());
-    let object = api_call("read rollout namespace", api.get(namespace)).await?;
-    Ok(
-        match Grant::from_annotations(namespace, object.annotations()) {
-            Ok(grant) => (grant, None),
-            Err(error) => (Grant::own_namespace(namespace), Some(error.to_string())),
-        },
-    )
+/// `InvalidSpec`, so nothing is written until a platform admin fixes it). A Namespace the
+/// watch has not delivered yet (created a moment ago) is read.
+async fn grant(
+    hub: &Client,
+    cached: &HubStores,
+    namespace: &str,
+) -> Result<(Grant, Option<String>), HubError> {
+    let annotations = match cached.namespace(namespace) {
+        Some(object) => object.annotations().clone(),
+        None => {
+            let api: Api<Namespace> = Api::all(hub.clone());
+            let object = api_call("read rollout namespace", api.get(namespace)).await?;
+            object.annotations().clone()
+        }
+    };
+    Ok(match Grant::from_annotations(namespace, &annotations) {
+        Ok(grant) => (grant, None),
+        Err(error) => (Grant::own_namespace(namespace), Some(error.to_string())),
+    })
 }
 
 /// The operator commands on a rollout's annotations. An unparsable time is ignored (and

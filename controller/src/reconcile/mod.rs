@@ -8,9 +8,11 @@ mod collect;
 mod error;
 pub mod fence;
 pub mod fetch;
+pub mod hub_cache;
 pub mod observe;
 mod region_read;
 pub mod region_status;
+mod revision_cache;
 pub mod revision_store;
 pub mod status_writer;
 pub mod triggers;
@@ -64,6 +66,8 @@ pub const MAX_CLOCK_DRIFT: Duration = Duration::from_secs(60);
 pub struct Context {
     /// The controller's own cluster.
     pub hub: kube::Client,
+    /// The Regions, approvals and Namespaces of the hub, from the controller's watches.
+    pub hub_cache: hub_cache::HubCache,
     /// Clients of the regions.
     pub region_clients: RegionClients,
     /// Key of every digest.

@@ -7,14 +7,17 @@
 //! same RBAC as the rollout's own spec, and is garbage-collected with it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, PostParams, Preconditions};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
+use super::revision_cache::DecodedRevisions;
 use super::{HubError, api_call};
 use crate::api::ConfigRollout;
 use crate::crdt;
@@ -31,9 +34,20 @@ struct Stored {
     previous: String,
 }
 
+/// What lets a store load revisions without a list: the controller's metadata-only watch
+/// of ControllerRevisions and the revisions it has decoded ([`super::revision_cache`]).
+#[derive(Clone)]
+pub struct RevisionIndex {
+    /// Every ControllerRevision carrying [`ROLLOUT_LABEL`], metadata only.
+    pub objects: Store<PartialObjectMeta<ControllerRevision>>,
+    /// Decoded states by uid and resourceVersion.
+    pub decoded: Arc<DecodedRevisions>,
+}
+
 /// The ControllerRevisions of rollouts in one namespace.
 pub struct RevisionStore {
     api: Api<ControllerRevision>,
+    index: Option<RevisionIndex>,
 }
 
 impl RevisionStore {
@@ -41,11 +55,98 @@ impl RevisionStore {
     pub fn new(hub: kube::Client, namespace: &str) -> Self {
         Self {
             api: Api::namespaced(hub, namespace),
+            index: None,
         }
     }
 
-    /// Every stored revision of `rollout`, by name (`r1`, `r2`, ...).
+    /// The same, loading through `index` where it can.
+    pub fn with_index(mut self, index: Option<RevisionIndex>) -> Self {
+        self.index = index;
+        self
+    }
+
+    /// Every stored revision of `rollout`, by name (`r1`, `r2`, ...): from the index when
+    /// it has every revision the rollout's status names, else by a list.
     pub async fn load(
+        &self,
+        rollout: &ConfigRollout,
+    ) -> Result<BTreeMap<String, RevisionState>, HubError> {
+        if let Some(index) = &self.index
+            && let Some(revisions) = self.load_indexed(rollout, index).await?
+        {
+            return Ok(revisions);
+        }
+        self.list(rollout).await
+    }
+
+    /// The revisions the index knows, each decoded once; `None` when the index lacks a
+    /// revision the status names (its watch has not delivered it yet).
+    async fn load_indexed(
+        &self,
+        rollout: &ConfigRollout,
+        index: &RevisionIndex,
+    ) -> Result<Option<BTreeMap<String, RevisionState>>, HubError> {
+        let namespace = rollout.namespace();
+        let name = rollout.name_any();
+        let uid = rollout.metadata.uid.as_deref();
+        let objects = index.objects.state_filter(|object| {
+            object.metadata.namespace == namespace
+                && object.labels().get(ROLLOUT_LABEL) == Some(&name)
+                && object
+                    .owner_references()
+                    .iter()
+                    .any(|owner| Some(owner.uid.as_str()) == uid)
+        });
+        let status = rollout.status.as_ref();
+        let named = status
+            .and_then(|status| status.revision.as_deref())
+            .into_iter()
+            .chain(
+                status
+                    .into_iter()
+                    .flat_map(|status| status.history.iter().map(|record| record.name.as_str())),
+            );
+        for revision in named {
+            let object = object_name(rollout, revision)?;
+            if !objects.iter().any(|known| known.name_any() == object) {
+                return Ok(None);
+            }
+        }
+        let loaded = futures::future::try_join_all(objects.iter().map(|object| async move {
+            let uid = object.metadata.uid.as_deref().unwrap_or_default();
+            let version = object.resource_version().unwrap_or_default();
+            if let Some(state) = index.decoded.get(uid, &version) {
+                return Ok(Some(state));
+            }
+            let Some(full) =
+                api_call("read revision", self.api.get_opt(&object.name_any())).await?
+            else {
+                // Deleted since the watch saw it.
+                return Ok(None);
+            };
+            if !owned_by(&full, rollout) {
+                return Ok(None);
+            }
+            let (state, bytes) = decode(&full)?;
+            index.decoded.insert(
+                full.metadata.uid.as_deref().unwrap_or_default(),
+                &full.resource_version().unwrap_or_default(),
+                &state,
+                bytes,
+            );
+            Ok::<_, HubError>(Some(state))
+        }))
+        .await?;
+        Ok(Some(
+            loaded
+                .into_iter()
+                .flatten()
+                .map(|state| (state.name.clone(), state))
+                .collect(),
+        ))
+    }
+
+    async fn list(
         &self,
         rollout: &ConfigRollout,
     ) -> Result<BTreeMap<String, RevisionState>, HubError> {
@@ -60,7 +161,7 @@ impl RevisionStore {
             if !owned_by(&object, rollout) {
                 continue;
             }
-            let revision = decode(&object)?;
+            let (revision, _) = decode(&object)?;
             revisions.insert(revision.name.clone(), revision);
         }
         Ok(revisions)
@@ -120,7 +221,16 @@ impl RevisionStore {
             };
             api_call("delete stale revision", self.api.delete(&name, &delete)).await?;
         }
-        api_call("create revision", self.api.create(&params, &object)).await?;
+        let created = api_call("create revision", self.api.create(&params, &object)).await?;
+        if let Some(index) = &self.index {
+            let bytes = stored.state.len().saturating_add(stored.previous.len());
+            index.decoded.insert(
+                created.metadata.uid.as_deref().unwrap_or_default(),
+                &created.resource_version().unwrap_or_default(),
+                revision,
+                bytes,
+            );
+        }
         Ok(())
     }
 
@@ -159,7 +269,8 @@ fn owned_by(object: &ControllerRevision, rollout: &ConfigRollout) -> bool {
         .any(|owner| Some(owner.uid.as_str()) == uid)
 }
 
-fn decode(object: &ControllerRevision) -> Result<RevisionState, HubError> {
+/// The revision `object` holds, and the bytes of its encoded state.
+fn decode(object: &ControllerRevision) -> Result<(RevisionState, usize), HubError> {
     let object_name = object.name_any();
     let bad = |reason: String| HubError::MalformedRevision {
         object: object_name.clone(),
@@ -186,10 +297,14 @@ fn decode(object: &ControllerRevision) -> Result<RevisionState, HubError> {
         .strip_prefix(&format!("{rollout}-"))
         .ok_or_else(|| bad("name does not start with its rollout's".to_owned()))?
         .to_owned();
-    Ok(RevisionState {
-        name,
-        stamp,
-        state,
-        previous,
-    })
+    let bytes = stored.state.len().saturating_add(stored.previous.len());
+    Ok((
+        RevisionState {
+            name,
+            stamp,
+            state,
+            previous,
+        },
+        bytes,
+    ))
 }

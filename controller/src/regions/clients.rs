@@ -11,12 +11,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
 use super::store::CALL_TIMEOUT;
@@ -250,12 +251,30 @@ impl fmt::Display for UnsafeField {
     }
 }
 
-/// A cache of region clients keyed by region name and the Secret's resourceVersion, so a
-/// rotated kubeconfig is picked up on the next use and an unchanged one costs one GET.
+/// Who has seen each kubeconfig Secret's resourceVersion: the controller's metadata-only
+/// watch of its namespace's Secrets (no Secret data is held by it).
+pub type SecretVersions = Store<PartialObjectMeta<Secret>>;
+
+/// A region's client, the Secret (and key) it was built from and that Secret's
+/// resourceVersion.
+struct CachedClient {
+    reference: SecretKeyRef,
+    version: Option<String>,
+    client: Client,
+}
+
+/// A cache of region clients keyed by region name, rebuilt when the Secret's
+/// resourceVersion or the Region's reference changes.
+///
+/// The resourceVersion comes from the watch ([`RegionClients::follow_secret_versions`]):
+/// reading each Secret at each use cost one hub request per region per reconcile, the
+/// largest share of the hub's requests at scale (`make scale-bench`). Until the watch
+/// has seen a Secret (and without a watch) it is read, as before.
 pub struct RegionClients {
     hub: Client,
     policy: CredentialPolicy,
-    cache: Mutex<HashMap<String, (Option<String>, Client)>>,
+    cache: Mutex<HashMap<String, CachedClient>>,
+    secret_versions: OnceLock<SecretVersions>,
 }
 
 impl RegionClients {
@@ -266,7 +285,13 @@ impl RegionClients {
             hub,
             policy,
             cache: Mutex::new(HashMap::new()),
+            secret_versions: OnceLock::new(),
         }
+    }
+
+    /// Takes Secrets' resourceVersions from `versions` from now on (set once).
+    pub fn follow_secret_versions(&self, versions: SecretVersions) {
+        let _ = self.secret_versions.set(versions);
     }
 
     /// Forgets the clients of regions not in `existing` (deleted Regions), so that the
@@ -297,22 +322,49 @@ impl RegionClients {
             });
         }
         let name = region.metadata.name.clone().unwrap_or_default();
-        let secret = self.read_secret(reference).await?;
-        let version = secret.metadata.resource_version.clone();
-        if let Some(client) = self.cached(&name, version.as_deref()) {
+        if let Some(watched) = self.watched_version(reference)
+            && let Some(client) = self.cached(&name, reference, watched.as_deref())
+        {
             return Ok(client);
         }
-        let client = build_client(reference, &secret, &self.policy).await?;
+        let secret = self.read_secret(reference).await?;
+        let version = secret.metadata.resource_version.clone();
+        let client = match self.cached(&name, reference, version.as_deref()) {
+            Some(client) => client,
+            None => build_client(reference, &secret, &self.policy).await?,
+        };
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(name, (version, client.clone()));
+            cache.insert(
+                name,
+                CachedClient {
+                    reference: reference.clone(),
+                    version,
+                    client: client.clone(),
+                },
+            );
         }
         Ok(client)
     }
 
-    fn cached(&self, region: &str, version: Option<&str>) -> Option<Client> {
+    /// The resourceVersion the watch last saw of the Secret `reference` names; `None`
+    /// when there is no watch or it has not seen that Secret.
+    fn watched_version(&self, reference: &SecretKeyRef) -> Option<Option<String>> {
+        let key = ObjectRef::new(&reference.name).within(&reference.namespace);
+        let secret = self.secret_versions.get()?.get(&key)?;
+        Some(secret.metadata.resource_version.clone())
+    }
+
+    /// The cached client of `region` when it was built from `reference` at `version`.
+    fn cached(
+        &self,
+        region: &str,
+        reference: &SecretKeyRef,
+        version: Option<&str>,
+    ) -> Option<Client> {
         let cache = self.cache.lock().ok()?;
-        let (cached_version, client) = cache.get(region)?;
-        (cached_version.as_deref() == version).then(|| client.clone())
+        let cached = cache.get(region)?;
+        (cached.reference == *reference && cached.version.as_deref() == version)
+            .then(|| cached.client.clone())
     }
 
     async fn read_secret(&self, reference: &SecretKeyRef) -> Result<Secret, ClientError> {
@@ -462,25 +514,104 @@ mod tests {
     /// client.
     const CA_DATA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lVYTlNZHRlWjA2a1dhazF3OUVkRkpKOGhWbk9jd0NnWUlLb1pJemowRUF3SXcKRVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUI0WERUSTJNVEl3TXpBMk5UZzBORm9YRFRNMk1URXpNREEyTlRnMApORm93RVRFUE1BMEdBMVVFQXd3R2RHVnpkR05oTUZrd0V3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFCnJqNzJJRW9EREhuaDd3V3hXbTMrNFVyRUFWazZaTFZRSC83dXFETzNLTkljbktTY01yYWZvdXNod29nOEJqcDkKcndLV0U2R0RzWldZUU16N1lSOVl2YU5UTUZFd0hRWURWUjBPQkJZRUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMApwdW9xTUI4R0ExVWRJd1FZTUJhQUZGdEJ6VEQzWk9SbjYxbnFqY3poY0JtMHB1b3FNQThHQTFVZEV3RUIvd1FGCk1BTUJBZjh3Q2dZSUtvWkl6ajBFQXdJRFNBQXdSUUloQUlEcDlGU2FTOVI5NFNiOFFsWFFLL25HS0V6cExBUHoKSmhhUFhDQ1BVNmVqQWlBZ3YxNndHdXdEQlNURElYcEN1MGNkd1l0dEg1cDZQSGNRNVZidm5mWWVwQT09Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
 
+    fn unreachable_client() -> Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    fn secret_ref(region: &str) -> SecretKeyRef {
+        SecretKeyRef {
+            namespace: NAMESPACE.to_owned(),
+            name: format!("{region}-kubeconfig"),
+            key: "kubeconfig".to_owned(),
+        }
+    }
+
+    fn cache_client(clients: &RegionClients, region: &str, version: &str) {
+        clients.cache.lock().unwrap().insert(
+            region.to_owned(),
+            CachedClient {
+                reference: secret_ref(region),
+                version: Some(version.to_owned()),
+                client: unreachable_client(),
+            },
+        );
+    }
+
     #[tokio::test]
     async fn clients_of_deleted_regions_are_forgotten() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = || {
-            let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
-            Client::try_from(config).unwrap()
-        };
-        let clients = RegionClients::new(client(), policy(false));
+        let clients = RegionClients::new(unreachable_client(), policy(false));
         for name in ["eu-1", "us-1"] {
-            clients
-                .cache
-                .lock()
-                .unwrap()
-                .insert(name.to_owned(), (Some("1".to_owned()), client()));
+            cache_client(&clients, name, "1");
         }
         clients.retain(["us-1", "ap-1"]);
         assert_eq!(clients.cached_count(), 1);
-        assert!(clients.cached("us-1", Some("1")).is_some());
-        assert!(clients.cached("eu-1", Some("1")).is_none());
+        assert!(
+            clients
+                .cached("us-1", &secret_ref("us-1"), Some("1"))
+                .is_some()
+        );
+        assert!(
+            clients
+                .cached("eu-1", &secret_ref("eu-1"), Some("1"))
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_is_reused_without_a_read_until_the_watch_sees_its_secret_change() {
+        use kube::runtime::watcher::Event;
+
+        // The hub is unreachable: any read of the Secret fails, so a client returned
+        // proves no read was made.
+        let clients = RegionClients::new(unreachable_client(), policy(false));
+        let region = Region::new(
+            "eu-1",
+            RegionSpec {
+                kubeconfig_secret_ref: Some(secret_ref("eu-1")),
+                ..Default::default()
+            },
+        );
+        cache_client(&clients, "eu-1", "7");
+        let secret_meta = |version: &str| PartialObjectMeta::<Secret> {
+            metadata: ObjectMeta {
+                name: Some("eu-1-kubeconfig".to_owned()),
+                namespace: Some(NAMESPACE.to_owned()),
+                resource_version: Some(version.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+
+        // No watch: the Secret is read at each use.
+        assert!(matches!(
+            clients.client(&region).await,
+            Err(ClientError::SecretUnreadable { .. })
+        ));
+
+        let (versions, mut writer) = kube::runtime::reflector::store();
+        clients.follow_secret_versions(versions);
+        // The watch has not seen the Secret yet: read.
+        assert!(clients.client(&region).await.is_err());
+        // It has, at the version the client was built from: no read.
+        writer.apply_watcher_event(&Event::Apply(secret_meta("7")));
+        assert!(clients.client(&region).await.is_ok());
+        // The kubeconfig was rotated: read (and here fail), never the stale client.
+        writer.apply_watcher_event(&Event::Apply(secret_meta("8")));
+        assert!(matches!(
+            clients.client(&region).await,
+            Err(ClientError::SecretUnreadable { .. })
+        ));
+        // A Region now naming another Secret does not get the client of the first.
+        writer.apply_watcher_event(&Event::Apply(secret_meta("7")));
+        let mut moved = region.clone();
+        moved.spec.kubeconfig_secret_ref = Some(SecretKeyRef {
+            key: "other".to_owned(),
+            ..secret_ref("eu-1")
+        });
+        assert!(clients.client(&moved).await.is_err());
+        assert!(clients.client(&region).await.is_ok());
     }
 
     fn policy(allow_unsafe_kubeconfig: bool) -> CredentialPolicy {
