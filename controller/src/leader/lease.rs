@@ -305,6 +305,11 @@ impl Tenure {
         self.renewal_sent + config.renew_deadline
     }
 
+    /// Whether the next renewal is due at `now` (every `renew_interval`).
+    pub fn renewal_due(&self, now: Instant, config: &LeaseConfig) -> bool {
+        now >= self.renewal_sent + config.renew_interval
+    }
+
     /// Whether we may still act as leader at `now`.
     pub fn leading_at(&self, now: Instant, config: &LeaseConfig) -> bool {
         now < self.deadline(config)
