@@ -18,6 +18,11 @@ pub const MAX_SHARDS: u32 = 64;
 pub const GROUP_LABEL: &str = "configrollout.dev/lease-group";
 /// Label telling shard Leases ([`ROLE_SHARD`]) from member Leases ([`ROLE_MEMBER`]).
 pub const ROLE_LABEL: &str = "configrollout.dev/lease-role";
+/// Label with the shard count of the replica that wrote the Lease: replicas started with
+/// another `--shards` (a change of N in progress) are not counted as members, and while a
+/// shard Lease of another N is held, no shard is taken (the two N map rollouts to shards
+/// differently).
+pub const SHARDS_LABEL: &str = "configrollout.dev/shards";
 /// [`ROLE_LABEL`] of a shard Lease.
 pub const ROLE_SHARD: &str = "shard";
 /// [`ROLE_LABEL`] of a member Lease.

@@ -28,8 +28,8 @@ use tracing::{debug, info, warn};
 
 use super::lease::{LeaseAction, LeaseConfig, Sighting, Tenure, claim, decide, release};
 use super::shard::{
-    GROUP_LABEL, MAX_SHARDS, ROLE_LABEL, ROLE_MEMBER, ROLE_SHARD, member_lease_name, plan,
-    shard_lease_name, shard_of,
+    GROUP_LABEL, MAX_SHARDS, ROLE_LABEL, ROLE_MEMBER, ROLE_SHARD, SHARDS_LABEL, member_lease_name,
+    plan, shard_lease_name, shard_of,
 };
 use super::{LeaderError, LeaderState};
 
@@ -67,6 +67,24 @@ impl Shards {
             identity: identity.into(),
             states: vec![leader.clone()],
             any: leader,
+            acquired,
+            _fixed: Some(Arc::new(sender)),
+        }
+    }
+
+    /// Shards driven by the given states, one per shard (tests of the consumers).
+    #[cfg(test)]
+    pub(crate) fn from_states(identity: &str, states: Vec<LeaderState>) -> Self {
+        let (sender, acquired) = watch::channel(0);
+        let any = states
+            .first()
+            .cloned()
+            .unwrap_or_else(LeaderState::always_leading);
+        Shards {
+            count: u32::try_from(states.len()).unwrap_or(u32::MAX),
+            identity: identity.to_owned(),
+            states,
+            any,
             acquired,
             _fixed: Some(Arc::new(sender)),
         }
@@ -369,8 +387,52 @@ impl ShardElector {
             self.sightings.insert(name.clone(), sighting);
         }
 
+        // Renewals first (the tenure's clock runs from `sent`), all at once, and only of
+        // Leases the list shows are still ours.
+        let due: Vec<(u32, LeaseConfig)> = self
+            .held()
+            .into_iter()
+            .filter(|shard| {
+                self.slot(*shard)
+                    .and_then(|slot| slot.tenure)
+                    .is_some_and(|tenure| tenure.renewal_due(sent, &self.base))
+            })
+            .map(|shard| (shard, self.shard_config(shard)))
+            .filter(|(_, config)| {
+                decide(
+                    by_name.get(&config.name),
+                    self.sightings.get(&config.name),
+                    config,
+                    sent,
+                ) == LeaseAction::Renew
+            })
+            .collect();
+        let renewals =
+            futures::future::join_all(due.iter().map(|(_, config)| {
+                self.write(by_name.get(&config.name), &LeaseAction::Renew, config)
+            }))
+            .await;
+        for ((shard, _), renewal) in due.iter().zip(renewals) {
+            match renewal {
+                Ok(()) => {
+                    if let Some(slot) = self.slot_mut(*shard) {
+                        slot.tenure = Some(Tenure::renewed(sent));
+                    }
+                }
+                Err(error) => warn!(shard, %error, "shard lease renewal failed"),
+            }
+        }
+
         self.renew_member(&by_name, sent).await;
         let members = self.live_members(&by_name, sent);
+        let foreign = self.foreign_shards_held(&by_name, sent);
+        if foreign > 0 {
+            warn!(
+                leases = foreign,
+                shards = self.count,
+                "shard leases of another shard count are held: taking no shard until they are released or expire"
+            );
+        }
 
         // Who holds each shard, by our observation.
         let mut holders: Vec<Option<String>> = Vec::new();
@@ -426,29 +488,9 @@ impl ShardElector {
             self.publish();
         }
 
-        // Renewals that are due.
-        for shard in self.held() {
-            let renew_due = self
-                .slot(shard)
-                .and_then(|slot| slot.tenure)
-                .is_some_and(|tenure| tenure.renewal_due(sent, &self.base));
-            if !renew_due {
-                continue;
-            }
-            let config = self.shard_config(shard);
-            let lease = by_name.get(&config.name);
-            match self.write(lease, &LeaseAction::Renew, &config).await {
-                Ok(()) => {
-                    if let Some(slot) = self.slot_mut(shard) {
-                        slot.tenure = Some(Tenure::renewed(sent));
-                    }
-                }
-                Err(error) => warn!(shard, %error, "shard lease renewal failed"),
-            }
-        }
-
-        // Acquisitions (never while handing over, never beyond the plan).
-        if self.handovers.is_empty() {
+        // Acquisitions (never while handing over, never beyond the plan, never while
+        // replicas of another shard count hold shards).
+        if self.handovers.is_empty() && foreign == 0 {
             for shard in step.acquire {
                 let Some(action) = usize::try_from(shard)
                     .ok()
@@ -476,6 +518,12 @@ impl ShardElector {
             }
         }
         self.publish();
+
+        // The holder of shard 0 deletes the member Leases of replicas gone without a
+        // goodbye (killed), once expired; a precondition keeps a renewed one.
+        if self.slot(0).is_some_and(|slot| slot.tenure.is_some()) {
+            self.collect_members(&by_name, sent).await;
+        }
 
         // Hand-overs whose grace has passed.
         let now = Instant::now();
@@ -520,16 +568,12 @@ impl ShardElector {
         }
     }
 
-    /// The replicas whose member Leases are live by our observation (and us).
+    /// The replicas of our shard count whose member Leases are live by our observation
+    /// (and us).
     fn live_members(&self, by_name: &BTreeMap<String, Lease>, now: Instant) -> BTreeSet<String> {
         let mut members = BTreeSet::from([self.base.identity.clone()]);
         for (name, lease) in by_name {
-            let role = lease
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(ROLE_LABEL));
-            if role.map(String::as_str) != Some(ROLE_MEMBER) {
+            if label(lease, ROLE_LABEL) != Some(ROLE_MEMBER) || !self.same_count(lease) {
                 continue;
             }
             let config = LeaseConfig {
@@ -543,6 +587,65 @@ impl ShardElector {
             }
         }
         members
+    }
+
+    fn same_count(&self, lease: &Lease) -> bool {
+        label(lease, SHARDS_LABEL) == Some(self.count.to_string().as_str())
+    }
+
+    /// How many shard Leases written by replicas of another shard count are held, live,
+    /// by someone else.
+    fn foreign_shards_held(&self, by_name: &BTreeMap<String, Lease>, now: Instant) -> usize {
+        by_name
+            .iter()
+            .filter(|(_, lease)| label(lease, ROLE_LABEL) == Some(ROLE_SHARD))
+            .filter(|(_, lease)| !self.same_count(lease))
+            .filter(|(name, lease)| {
+                let config = LeaseConfig {
+                    name: (*name).clone(),
+                    ..self.base.clone()
+                };
+                matches!(
+                    decide(Some(lease), self.sightings.get(*name), &config, now),
+                    LeaseAction::Wait { .. }
+                )
+            })
+            .count()
+    }
+
+    /// Deletes expired member Leases of others (by our observation), each only in the
+    /// version we judged.
+    async fn collect_members(&self, by_name: &BTreeMap<String, Lease>, now: Instant) {
+        let mine = self.member_config().name;
+        for (name, lease) in by_name {
+            if label(lease, ROLE_LABEL) != Some(ROLE_MEMBER) || *name == mine {
+                continue;
+            }
+            let config = LeaseConfig {
+                name: name.clone(),
+                ..self.base.clone()
+            };
+            if decide(Some(lease), self.sightings.get(name), &config, now) != LeaseAction::Acquire {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: lease.metadata.resource_version.clone(),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match call(
+                "delete member lease",
+                self.base.call_timeout,
+                self.api.delete(name, &params),
+            )
+            .await
+            {
+                Ok(_) => info!(lease = %name, "deleted the member lease of a replica gone"),
+                Err(error) => debug!(lease = %name, %error, "expired member lease not deleted"),
+            }
+        }
     }
 
     /// Writes the Lease for `action` (with the group's labels when creating).
@@ -564,6 +667,7 @@ impl ShardElector {
         let labels = desired.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(GROUP_LABEL.to_owned(), self.base.name.clone());
         labels.insert(ROLE_LABEL.to_owned(), role.to_owned());
+        labels.insert(SHARDS_LABEL.to_owned(), self.count.to_string());
         let params = PostParams::default();
         match (action, lease) {
             (LeaseAction::Create, _) | (_, None) => {
@@ -653,6 +757,16 @@ impl ShardElector {
         info!(identity = %self.base.identity, "released the shard leases");
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The value of the label `key` of `lease`.
+fn label<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(key))
+        .map(String::as_str)
 }
 
 /// Runs one API call with a timeout; a 409 means another replica wrote first.
