@@ -616,15 +616,17 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
 }
 
 /// Waits to lead, runs the controller while leading, and stops it when leadership is
-/// lost or `stop` is cancelled. Sharded, `leader` leads while this replica holds at least
-/// one shard, and `acquisitions` changes at each shard it acquires, to reconcile that
-/// shard's rollouts at once. Returns when `stop` is cancelled, or when the controller
-/// ended by itself while still leading (a failure the caller reports).
+/// lost or `stop` is cancelled. Returns when `stop` is cancelled, or when the controller
+/// ended by itself while still leading (a failure the caller reports). Sharded, `leader`
+/// leads while this replica holds at least one shard, and `acquisitions` changes at each
+/// shard it acquires (or renews after a lapse): the controller is then restarted, as on a
+/// new leadership, so that every rollout of the shard is reconciled afresh whatever its
+/// requeue said while the shard was not ours.
 async fn lead_and_work(
     ctx: Arc<Context>,
     watch_hub: Client,
     leader: LeaderState,
-    acquisitions: Option<tokio::sync::watch::Receiver<u64>>,
+    mut acquisitions: Option<tokio::sync::watch::Receiver<u64>>,
     stop: CancellationToken,
 ) {
     loop {
@@ -640,13 +642,28 @@ async fn lead_and_work(
             }
         }
         tracing::info!("leading: reconciling rollouts");
+        if let Some(acquisitions) = acquisitions.as_mut() {
+            acquisitions.borrow_and_update();
+        }
         let ended = {
             let leader = leader.clone();
             let stop = stop.clone();
+            let acquisitions = acquisitions.clone();
             async move {
+                let acquired = async move {
+                    match acquisitions {
+                        Some(mut acquisitions) => {
+                            if acquisitions.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 tokio::select! {
                     () = leader.lost() => {},
                     () = stop.cancelled() => {},
+                    () = acquired => {},
                 }
             }
         }
@@ -661,8 +678,15 @@ async fn lead_and_work(
             }
         };
         tokio::select! {
-            () = run_controller(ctx.clone(), watch_hub.clone(), acquisitions.clone(), ended) => {}
+            () = run_controller(ctx.clone(), watch_hub.clone(), ended) => {}
             () = drained => tracing::warn!(grace = ?DRAIN_GRACE, "reconciles still running after leadership ended: abandoned"),
+        }
+        let shards_changed = acquisitions
+            .as_ref()
+            .is_some_and(|acquisitions| acquisitions.has_changed().unwrap_or(false));
+        if !stop.is_cancelled() && shards_changed {
+            tracing::info!("shards acquired: restarting the controller");
+            continue;
         }
         if !stop.is_cancelled() && leader.is_leading() {
             // Neither asked to stop nor deposed: the controller's stream ended by itself.
@@ -678,7 +702,6 @@ async fn lead_and_work(
 async fn run_controller(
     ctx: Arc<Context>,
     watch_hub: Client,
-    acquisitions: Option<tokio::sync::watch::Receiver<u64>>,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let rollouts: Api<ConfigRollout> = Api::all(watch_hub.clone());
@@ -704,21 +727,6 @@ async fn run_controller(
             .collect()
     });
     let region_changes = triggers::RegionChanges::default();
-    // Sharded: each shard acquired reconciles every rollout in the cache; those of shards
-    // held elsewhere end at once, without a read.
-    let controller = match acquisitions {
-        Some(acquisitions) => controller.reconcile_all_on(futures::stream::unfold(
-            acquisitions,
-            |mut acquisitions| async move {
-                acquisitions
-                    .changed()
-                    .await
-                    .ok()
-                    .map(|()| ((), acquisitions))
-            },
-        )),
-        None => controller,
-    };
     controller
         .watches(approvals, watcher::Config::default(), |approval| {
             let namespace = approval.namespace()?;

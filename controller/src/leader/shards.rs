@@ -273,10 +273,17 @@ impl ShardElector {
             }
             self.publish();
             let mut wake = Instant::now() + self.base.retry_period;
+            // Wake when a renewal is due, not at the next poll after it: a renewal late
+            // by a poll and a slow round misses the renew deadline.
+            // A renewal that failed is retried soon, not in a tight loop.
+            let soonest = Instant::now() + self.base.retry_period / 4;
             for slot in &self.slots {
                 if let Some(tenure) = slot.tenure {
-                    wake = wake.min(tenure.deadline(&self.base));
+                    wake = wake.min(tenure.renewal_due_at(&self.base).max(soonest));
                 }
+            }
+            if let Some(renewed) = self.member_renewed {
+                wake = wake.min((renewed + self.base.renew_interval).max(soonest));
             }
             for at in self.handovers.values() {
                 wake = wake.min(*at);
@@ -412,11 +419,27 @@ impl ShardElector {
                 self.write(by_name.get(&config.name), &LeaseAction::Renew, config)
             }))
             .await;
+        let renewed_at = Instant::now();
+        let mut reacquired = false;
         for ((shard, _), renewal) in due.iter().zip(renewals) {
             match renewal {
                 Ok(()) => {
-                    if let Some(slot) = self.slot_mut(*shard) {
-                        slot.tenure = Some(Tenure::renewed(sent));
+                    let config = self.base.clone();
+                    let Some(slot) = self.slot_mut(*shard) else {
+                        continue;
+                    };
+                    let lapsed = slot
+                        .tenure
+                        .is_some_and(|tenure| !tenure.leading_at(renewed_at, &config));
+                    slot.tenure = Some(Tenure::renewed(sent));
+                    if lapsed {
+                        // Its writes were refused for a moment, and the rollouts that
+                        // were skipped then wait for nothing: reconcile them again.
+                        warn!(
+                            shard,
+                            "renewed the shard lease after its renew deadline; reconciling its rollouts again"
+                        );
+                        self.acquired.send_modify(|count| *count += 1);
                     }
                 }
                 Err(error) => warn!(shard, %error, "shard lease renewal failed"),
@@ -508,7 +531,7 @@ impl ShardElector {
                         if let Some(slot) = self.slot_mut(shard) {
                             slot.tenure = Some(Tenure::renewed(sent));
                         }
-                        self.acquired.send_modify(|count| *count += 1);
+                        reacquired = true;
                     }
                     Err(LeaderError::Conflict { .. }) => {
                         debug!(shard, "another replica took the shard first");
@@ -517,7 +540,12 @@ impl ShardElector {
                 }
             }
         }
+        // Published first: the rollouts reconciled on this signal must find the new
+        // tenure, not the lapsed one.
         self.publish();
+        if reacquired {
+            self.acquired.send_modify(|count| *count += 1);
+        }
 
         // The holder of shard 0 deletes the member Leases of replicas gone without a
         // goodbye (killed), once expired; a precondition keeps a renewed one.

@@ -122,8 +122,14 @@ pub async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     if ctx.fence.shards().is_sharded() && !ctx.fence.holds(&rollout) {
         // Another replica's shard: no read, no write. When this replica acquires the
-        // shard, every rollout is reconciled again.
-        return Ok(Action::await_change());
+        // shard (or renews it after a lapse), the controller restarts and every rollout
+        // is reconciled again; the requeue is only a safety net, and costs a hash.
+        tracing::debug!(
+            rollout = %rollout.name_any(),
+            shard = ctx.fence.shard_of(&rollout),
+            "shard not held here: skipped"
+        );
+        return Ok(Action::requeue(IDLE_REQUEUE));
     }
     let started = Instant::now();
     let mut record = ReconcileRecord::default();
