@@ -152,7 +152,8 @@ pub struct Options {
         hide_env_values = true,
         value_name = "COUNT",
         default_value_t = 1,
-        value_parser = shard_count
+        value_parser = shard_count,
+        allow_negative_numbers = true
     )]
     pub shards: u32,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
