@@ -27,7 +27,10 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{ConfigRollout, Region, StageApproval};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
-use crate::leader::{LeaderElector, LeaderError, LeaderState, LeaseConfig, default_identity};
+use crate::leader::{
+    LeaderElector, LeaderError, LeaderState, LeaseConfig, MAX_SHARDS, ShardElector, Shards,
+    default_identity,
+};
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{
     self, Context, HubError, ReconcileError, WriteFence, region_status, revision_store, triggers,
@@ -74,6 +77,13 @@ fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(number) if number > 0 => Ok(number),
         _ => Err("expected a positive whole number".to_owned()),
+    }
+}
+
+fn shard_count(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(count) if (1..=MAX_SHARDS).contains(&count) => Ok(count),
+        _ => Err(format!("expected a whole number from 1 to {MAX_SHARDS}")),
     }
 }
 
@@ -135,6 +145,19 @@ pub struct Options {
         default_missing_value = "true"
     )]
     pub leader_election: bool,
+    /// How many shards the rollouts are split into, each with its own Lease
+    /// (`<lease-name>-shard-<i>`); replicas share the shards fairly. 1: one leader Lease
+    /// named `--lease-name`, as without sharding. Above 1 needs leader election.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_SHARDS",
+        hide_env_values = true,
+        value_name = "COUNT",
+        default_value_t = 1,
+        value_parser = shard_count,
+        allow_negative_numbers = true
+    )]
+    pub shards: u32,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(
         long,
@@ -250,6 +273,13 @@ impl Options {
         T: Into<std::ffi::OsString> + Clone,
     {
         let mut options = <Options as clap::Parser>::try_parse_from(args)?;
+        if options.shards > 1 && !options.leader_election {
+            let mut command = <Options as clap::CommandFactory>::command();
+            return Err(command.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--shards above 1 needs --leader-election: the shards are Leases",
+            ));
+        }
         options.prometheus_url = options.prometheus_url.filter(|url| !url.trim().is_empty());
         Ok(options)
     }
@@ -305,24 +335,41 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     let (hub, watch_hub) = hub_clients().await?;
     let digest_key = ensure_digest_key(&hub, &options).await?;
 
-    let (leader, elector) = if options.leader_election {
+    let stop_work = CancellationToken::new();
+    let stop_election = CancellationToken::new();
+    type Election = futures::future::BoxFuture<'static, Result<(), LeaderError>>;
+    let (leader, shards, election): (LeaderState, Shards, Option<Election>) = if options.shards > 1
+    {
+        let config = LeaseConfig::new(&options.namespace, &options.lease_name, &options.identity)
+            .with_lease_duration(options.lease_duration);
+        let (elector, shards) = ShardElector::new(hub.clone(), config, options.shards)
+            .map_err(|e| AppError::Startup(e.to_string()))?;
+        let run = elector.run(stop_election.clone()).boxed();
+        (shards.any().clone(), shards, Some(run))
+    } else if options.leader_election {
         let config = LeaseConfig::new(&options.namespace, &options.lease_name, &options.identity)
             .with_lease_duration(options.lease_duration);
         let (elector, state) = LeaderElector::new(hub.clone(), config)
             .map_err(|e| AppError::Startup(e.to_string()))?;
-        (state, Some(elector))
+        let run = elector.run(stop_election.clone()).boxed();
+        let shards = Shards::single(state.clone(), options.identity.clone());
+        (state, shards, Some(run))
     } else {
-        (LeaderState::always_leading(), None)
+        let state = LeaderState::always_leading();
+        let shards = Shards::single(state.clone(), options.identity.clone());
+        (state, shards, None)
     };
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(if shards.is_sharded() {
+        Metrics::with_shards(shards.clone())
+    } else {
+        Metrics::new()
+    });
     metrics.follow_leader(leader.clone());
     let health = Health::new(leader.clone());
     let listener = health::bind(options.probe_addr)
         .await
         .map_err(|e| AppError::Startup(e.to_string()))?;
 
-    let stop_work = CancellationToken::new();
-    let stop_election = CancellationToken::new();
     let server = tokio::spawn(health::serve(
         listener,
         health.clone(),
@@ -331,7 +378,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         stop_election.clone(),
     ));
     let mut tasks = Tasks {
-        election: elector.map(|elector| tokio::spawn(elector.run(stop_election.clone()))),
+        election: election.map(tokio::spawn),
         work: None,
         probe: None,
     };
@@ -365,7 +412,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             options.prometheus_limits(),
         )),
         recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
-        fence: WriteFence::new(leader.clone(), metrics.clone()),
+        fence: WriteFence::sharded(shards.clone(), metrics.clone()),
         backoff: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
@@ -390,10 +437,12 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     health.mark_caches_synced();
 
     tasks.probe = Some(tokio::spawn(probe_regions(ctx.clone(), stop_work.clone())));
+    let acquisitions = shards.is_sharded().then(|| shards.acquisitions());
     tasks.work = Some(tokio::spawn(lead_and_work(
         ctx,
         watch_hub,
         leader,
+        acquisitions,
         stop_work.clone(),
     )));
 
@@ -579,11 +628,16 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
 
 /// Waits to lead, runs the controller while leading, and stops it when leadership is
 /// lost or `stop` is cancelled. Returns when `stop` is cancelled, or when the controller
-/// ended by itself while still leading (a failure the caller reports).
+/// ended by itself while still leading (a failure the caller reports). Sharded, `leader`
+/// leads while this replica holds at least one shard, and `acquisitions` changes at each
+/// shard it acquires (or renews after a lapse): the controller is then restarted, as on a
+/// new leadership, so that every rollout of the shard is reconciled afresh whatever its
+/// requeue said while the shard was not ours.
 async fn lead_and_work(
     ctx: Arc<Context>,
     watch_hub: Client,
     leader: LeaderState,
+    mut acquisitions: Option<tokio::sync::watch::Receiver<u64>>,
     stop: CancellationToken,
 ) {
     loop {
@@ -599,13 +653,28 @@ async fn lead_and_work(
             }
         }
         tracing::info!("leading: reconciling rollouts");
+        if let Some(acquisitions) = acquisitions.as_mut() {
+            acquisitions.borrow_and_update();
+        }
         let ended = {
             let leader = leader.clone();
             let stop = stop.clone();
+            let acquisitions = acquisitions.clone();
             async move {
+                let acquired = async move {
+                    match acquisitions {
+                        Some(mut acquisitions) => {
+                            if acquisitions.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 tokio::select! {
                     () = leader.lost() => {},
                     () = stop.cancelled() => {},
+                    () = acquired => {},
                 }
             }
         }
@@ -622,6 +691,13 @@ async fn lead_and_work(
         tokio::select! {
             () = run_controller(ctx.clone(), watch_hub.clone(), ended) => {}
             () = drained => tracing::warn!(grace = ?DRAIN_GRACE, "reconciles still running after leadership ended: abandoned"),
+        }
+        let shards_changed = acquisitions
+            .as_ref()
+            .is_some_and(|acquisitions| acquisitions.has_changed().unwrap_or(false));
+        if !stop.is_cancelled() && shards_changed {
+            tracing::info!("shards acquired: restarting the controller");
+            continue;
         }
         if !stop.is_cancelled() && leader.is_leading() {
             // Neither asked to stop nor deposed: the controller's stream ended by itself.
@@ -958,6 +1034,28 @@ mod tests {
     fn unsafe_kubeconfigs_are_refused_by_default() {
         let options = parse(&[]).unwrap();
         assert!(!options.allow_unsafe_kubeconfig);
+    }
+
+    #[test]
+    fn shards_default_to_one_and_are_bounded() {
+        assert_eq!(parse(&[]).unwrap().shards, 1);
+        assert_eq!(parse(&["--shards", "4"]).unwrap().shards, 4);
+        assert_eq!(parse(&["--shards=64"]).unwrap().shards, 64);
+        for bad in ["0", "65", "-1", "four"] {
+            let error = parse(&["--shards", bad]).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(error.to_string().contains("--shards"), "{error}");
+            assert!(error.to_string().contains("from 1 to 64"), "{error}");
+        }
+        let error = parse(&["--shards", "4", "--leader-election=false"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("--leader-election"), "{error}");
+        assert_eq!(
+            parse(&["--shards", "1", "--leader-election=false"])
+                .unwrap()
+                .shards,
+            1
+        );
     }
 
     #[test]

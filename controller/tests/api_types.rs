@@ -192,6 +192,11 @@ fn full_status_round_trips() {
             refused_retry_at: None,
         }),
         collected_through: Some("1764687600000.0@rollout:payments/limits".into()),
+        written_by: Some(configrollout::api::ShardWriter {
+            shard: 2,
+            shards: 4,
+            holder: "configrollout-controller-7d9f-x2".into(),
+        }),
         stages: vec![StageStatus {
             name: "canary".into(),
             state: StageState::Passed,

@@ -305,6 +305,16 @@ impl Tenure {
         self.renewal_sent + config.renew_deadline
     }
 
+    /// When the next renewal is due (every `renew_interval`).
+    pub fn renewal_due_at(&self, config: &LeaseConfig) -> Instant {
+        self.renewal_sent + config.renew_interval
+    }
+
+    /// Whether the next renewal is due at `now`.
+    pub fn renewal_due(&self, now: Instant, config: &LeaseConfig) -> bool {
+        now >= self.renewal_due_at(config)
+    }
+
     /// Whether we may still act as leader at `now`.
     pub fn leading_at(&self, now: Instant, config: &LeaseConfig) -> bool {
         now < self.deadline(config)

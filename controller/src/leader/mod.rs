@@ -15,12 +15,16 @@
 
 pub mod elector;
 pub mod lease;
+pub mod shard;
+pub mod shards;
 pub mod state;
 
 use crate::api_call::CallError;
 
 pub use elector::LeaderElector;
 pub use lease::{DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, LeaseConfig, default_identity};
+pub use shard::MAX_SHARDS;
+pub use shards::{ShardElector, Shards, WriterIdentity};
 pub use state::LeaderState;
 
 /// Why leader election could not proceed. Messages carry HTTP codes and reasons, never the
@@ -30,6 +34,12 @@ pub enum LeaderError {
     /// The timings do not keep the safety margin leader election relies on.
     #[error("invalid lease timing: {0}")]
     InvalidTiming(&'static str),
+    /// The shard count is out of range.
+    #[error("the shard count must be between 1 and {max}, not {0}", max = shard::MAX_SHARDS)]
+    InvalidShards(u32),
+    /// A Lease name cannot be used.
+    #[error("invalid lease name: {0}")]
+    InvalidName(&'static str),
     /// The identity is empty.
     #[error("the leader election identity must not be empty")]
     EmptyIdentity,

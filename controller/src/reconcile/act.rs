@@ -67,7 +67,7 @@ pub async fn act(
     for action in actions {
         match action {
             Action::DeclareRevision { name, stamp, .. } => {
-                if !ctx.fence.permits(WriteKind::Revision) {
+                if !ctx.fence.permits(rollout, WriteKind::Revision) {
                     return Err(HubError::NotLeader);
                 }
                 let stamp = parse_stamp(stamp)?;
@@ -144,7 +144,7 @@ pub async fn act(
                 reason,
                 message,
             } => {
-                if ctx.fence.permits(WriteKind::Event) {
+                if ctx.fence.permits(rollout, WriteKind::Event) {
                     publish_event(&ctx.recorder, rollout, *type_, reason, message).await;
                 }
             }
@@ -180,7 +180,7 @@ async fn region_client(
     input: &ActInput<'_>,
     region_name: &str,
 ) -> Result<kube::Client, RegionError> {
-    if !ctx.fence.permits(WriteKind::RegionObject) {
+    if !ctx.fence.permits(input.rollout, WriteKind::RegionObject) {
         return Err(RegionError::NotLeader);
     }
     let namespace = &input.rollout.spec.target.namespace;
@@ -229,7 +229,7 @@ async fn merge(
         rollout: Some(&rollout_ref),
         revision: Some(revision),
         adopt: input.rollout.spec.target.adopt && input.grant.adoption,
-        may_write: &|| ctx.fence.permits(WriteKind::RegionObject),
+        may_write: &|| ctx.fence.permits(input.rollout, WriteKind::RegionObject),
         compaction,
         on_conflict: &|| {
             conflicts.fetch_add(1, Ordering::Relaxed);

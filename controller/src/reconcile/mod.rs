@@ -81,7 +81,8 @@ pub struct Context {
     pub gates: Arc<dyn GateProvider>,
     /// Events on rollouts.
     pub recorder: Recorder,
-    /// The check every write passes: this replica holds the Lease now.
+    /// The check every write passes: this replica holds the Lease of the rollout's shard
+    /// now.
     pub fence: WriteFence,
     /// Consecutive failures per rollout, for retries that back off.
     pub backoff: RetryBackoff,
@@ -123,6 +124,17 @@ pub async fn reconcile(
     rollout: Arc<ConfigRollout>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    if ctx.fence.shards().is_sharded() && !ctx.fence.holds(&rollout) {
+        // Another replica's shard: no read, no write. When this replica acquires the
+        // shard (or renews it after a lapse), the controller restarts and every rollout
+        // is reconciled again; the requeue is only a safety net, and costs a hash.
+        tracing::debug!(
+            rollout = %rollout.name_any(),
+            shard = ctx.fence.shard_of(&rollout),
+            "shard not held here: skipped"
+        );
+        return Ok(Action::requeue(IDLE_REQUEUE));
+    }
     let started = Instant::now();
     let mut record = ReconcileRecord::default();
     let result = run_steps(&rollout, &ctx, &mut record).await;
@@ -155,7 +167,7 @@ async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &Reconcil
         .chars()
         .take(900)
         .collect();
-    if ctx.fence.permits(WriteKind::Event) {
+    if ctx.fence.permits(rollout, WriteKind::Event) {
         act::publish_event(
             &ctx.recorder,
             rollout,
@@ -365,7 +377,7 @@ async fn prune(
     {
         return Ok(());
     }
-    if !ctx.fence.permits(WriteKind::Revision) {
+    if !ctx.fence.permits(rollout, WriteKind::Revision) {
         return Err(HubError::NotLeader);
     }
     fetched

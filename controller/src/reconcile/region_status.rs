@@ -30,7 +30,9 @@ pub async fn probe_all(
         (region, status)
     });
     for (region, status) in futures::future::join_all(probes).await {
-        if changed(region.status.as_ref(), &status) && fence.permits(WriteKind::RegionStatus) {
+        if changed(region.status.as_ref(), &status)
+            && fence.permits_cluster(WriteKind::RegionStatus)
+        {
             write(hub, region, &status).await?;
         }
     }

@@ -8,8 +8,25 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{Context, HubError, api_call};
-use crate::api::{ConfigRollout, ConfigRolloutStatus};
+use crate::api::{ConfigRollout, ConfigRolloutStatus, ShardWriter};
 use crate::telemetry::metrics::{ReconcileRecord, WriteKind, WriteResult};
+
+/// The status to write, if any: `computed` with `writer` recorded in `writtenBy`, or
+/// `None` when it differs from `previous` in nothing but who wrote it (a new holder does
+/// not rewrite a status only to sign it).
+fn to_write(
+    previous: Option<&ConfigRolloutStatus>,
+    computed: &ConfigRolloutStatus,
+    writer: Option<ShardWriter>,
+) -> Option<ConfigRolloutStatus> {
+    let mut status = computed.clone();
+    status.written_by = previous.and_then(|previous| previous.written_by.clone());
+    if previous == Some(&status) {
+        return None;
+    }
+    status.written_by = writer;
+    Some(status)
+}
 
 /// Field manager of every status write.
 pub const STATUS_FIELD_MANAGER: &str = "configrollout-controller";
@@ -26,18 +43,25 @@ pub enum StatusWrite {
     Stale,
 }
 
-/// Applies `status` to `rollout` if it changed and this replica holds the Lease, noting
-/// the patch's result and duration in `record`.
+/// Applies `status` to `rollout` if it changed and this replica holds the Lease of the
+/// rollout's shard, noting the patch's result and duration in `record`. A sharded
+/// controller records itself in `status.writtenBy` on each write; a change of writer alone
+/// is not a reason to write.
 pub async fn write_status(
     ctx: &Context,
     rollout: &ConfigRollout,
     status: &ConfigRolloutStatus,
     record: &mut ReconcileRecord,
 ) -> Result<StatusWrite, HubError> {
-    if rollout.status.as_ref() == Some(status) {
+    let writer = ctx.fence.writer(rollout).map(|writer| ShardWriter {
+        shard: writer.shard,
+        shards: writer.shards,
+        holder: writer.holder,
+    });
+    let Some(status) = to_write(rollout.status.as_ref(), status, writer) else {
         return Ok(StatusWrite::Unchanged);
-    }
-    if !ctx.fence.permits(WriteKind::RolloutStatus) {
+    };
+    if !ctx.fence.permits(rollout, WriteKind::RolloutStatus) {
         return Err(HubError::NotLeader);
     }
     let namespace = rollout.namespace().unwrap_or_default();
@@ -49,7 +73,7 @@ pub async fn write_status(
         "apiVersion": "configrollout.dev/v1alpha1",
         "kind": "ConfigRollout",
         "metadata": {"resourceVersion": rollout.resource_version()},
-        "status": status,
+        "status": &status,
     });
     let params = PatchParams::apply(STATUS_FIELD_MANAGER).force();
     let started = Instant::now();
@@ -71,5 +95,67 @@ pub async fn write_status(
             Ok(StatusWrite::Stale)
         }
         Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RolloutPhase;
+
+    fn writer(holder: &str) -> Option<ShardWriter> {
+        Some(ShardWriter {
+            shard: 2,
+            shards: 4,
+            holder: holder.to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_changed_status_is_signed_by_its_writer_and_an_unchanged_one_is_not_rewritten() {
+        let previous = ConfigRolloutStatus {
+            phase: Some(RolloutPhase::Progressing),
+            written_by: writer("a"),
+            ..Default::default()
+        };
+        // The engine's status, without (or with a stale) writtenBy: nothing else changed.
+        let same = ConfigRolloutStatus {
+            phase: Some(RolloutPhase::Progressing),
+            ..Default::default()
+        };
+        assert_eq!(to_write(Some(&previous), &same, writer("b")), None);
+        assert_eq!(to_write(Some(&previous), &previous, writer("b")), None);
+
+        let changed = ConfigRolloutStatus {
+            phase: Some(RolloutPhase::Complete),
+            ..Default::default()
+        };
+        let written = to_write(Some(&previous), &changed, writer("b")).unwrap();
+        assert_eq!(written.phase, Some(RolloutPhase::Complete));
+        assert_eq!(written.written_by, writer("b"));
+        // First status of a rollout.
+        assert_eq!(
+            to_write(None, &same, writer("b")).unwrap().written_by,
+            writer("b")
+        );
+    }
+
+    #[test]
+    fn one_shard_writes_exactly_what_it_wrote_before() {
+        let previous = ConfigRolloutStatus {
+            phase: Some(RolloutPhase::Progressing),
+            ..Default::default()
+        };
+        let changed = ConfigRolloutStatus {
+            phase: Some(RolloutPhase::Complete),
+            ..Default::default()
+        };
+        assert_eq!(
+            to_write(Some(&previous), &changed, None),
+            Some(changed.clone())
+        );
+        assert_eq!(to_write(Some(&changed), &changed, None), None);
+        let json = serde_json::to_value(&changed).unwrap();
+        assert!(json.get("writtenBy").is_none(), "{json}");
     }
 }

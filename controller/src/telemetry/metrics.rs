@@ -25,7 +25,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::{RolloutPhase, SampleVerdict};
 use crate::engine::SampleTally;
-use crate::leader::LeaderState;
+use crate::leader::{LeaderState, Shards};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -416,6 +416,7 @@ pub type RolloutCensus = Box<dyn Fn() -> Vec<Option<RolloutPhase>> + Send + Sync
 struct Sources {
     rollouts: Option<RolloutCensus>,
     leader: Option<LeaderState>,
+    shards: Option<Shards>,
 }
 
 /// Every metric of the controller. Share it as `Arc<Metrics>`.
@@ -441,6 +442,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Rollouts per phase (counted at each scrape, see [`Metrics::count_rollouts_from`]).
     pub rollouts: GaugeVec<RolloutPhase>,
+    /// Shards whose Lease this process holds (exposed only when sharded, see
+    /// [`Metrics::with_shards`]).
+    pub shards_held: Gauge,
     registry: Registry,
     sources: Mutex<Sources>,
 }
@@ -549,9 +553,24 @@ impl Metrics {
             writes_dropped_total,
             leader,
             rollouts,
+            shards_held: Gauge::default(),
             registry,
             sources: Mutex::new(Sources::default()),
         }
+    }
+
+    /// The metrics of a sharded controller: those of [`Metrics::new`], and
+    /// `configrollout_shards_held`, read from `shards` at each scrape. (An install with one
+    /// shard exposes exactly what it exposed before sharding existed.)
+    pub fn with_shards(shards: Shards) -> Self {
+        let mut metrics = Metrics::new();
+        metrics.registry.register(
+            "configrollout_shards_held",
+            help("Shards whose Lease this process holds now (sharded controllers only)."),
+            metrics.shards_held.clone(),
+        );
+        metrics.sources().shards = Some(shards);
+        metrics
     }
 
     /// Records one reconcile: every metric a reconcile moves is moved here.
@@ -626,6 +645,9 @@ impl Metrics {
         );
         if let Some(leader) = &sources.leader {
             self.leader.set(i64::from(leader.is_leading()));
+        }
+        if let Some(shards) = &sources.shards {
+            self.shards_held.set(i64::from(shards.held_count()));
         }
     }
 
@@ -997,6 +1019,24 @@ mod tests {
         assert_eq!(phase_count(&metrics.render(), "Paused"), 1);
         drop(guard);
         assert_eq!(phase_count(&metrics.render(), "Paused"), 0);
+    }
+
+    #[test]
+    fn only_a_sharded_controller_exposes_the_shards_it_holds() {
+        assert!(
+            !Metrics::new()
+                .render()
+                .contains("configrollout_shards_held")
+        );
+        let (_leading, leading_rx) = tokio::sync::watch::channel(true);
+        let (_reachable, reachable_rx) = tokio::sync::watch::channel(true);
+        let single = Shards::single(LeaderState::from_channels(leading_rx, reachable_rx), "a");
+        let text = Metrics::with_shards(single).render();
+        assert!(
+            text.contains("# TYPE configrollout_shards_held gauge"),
+            "{text}"
+        );
+        assert!(text.contains("\nconfigrollout_shards_held 1\n"), "{text}");
     }
 
     #[test]

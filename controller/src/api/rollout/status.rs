@@ -52,6 +52,22 @@ pub struct ConfigRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,
+    /// Which shard and which holder of its Lease last wrote this status, when the
+    /// controller runs sharded (`--shards` above 1); absent with one shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<ShardWriter>,
+}
+
+/// The writer of a sharded controller's status write.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardWriter {
+    /// The rollout's shard, whose Lease the writer held.
+    pub shard: u32,
+    /// How many shards the controller runs with.
+    pub shards: u32,
+    /// The writer's identity, as in the shard Lease's `holderIdentity`.
+    pub holder: String,
 }
 
 impl ConfigRolloutStatus {
