@@ -752,29 +752,11 @@ async fn run_controller(
         namespaces: namespace_store,
         revisions: revision_store,
     });
-    let approvals = reflector::reflector(
-        approval_writer,
-        watcher(approvals, watcher::Config::default())
-            .default_backoff()
-            .modify(drop_managed_fields),
-    )
-    .touched_objects();
-    let regions = reflector::reflector(
-        region_writer,
-        watcher(regions, watcher::Config::default())
-            .default_backoff()
-            .modify(drop_managed_fields),
-    )
-    .touched_objects();
+    let approvals = cached_watch(approval_writer, approvals, watcher::Config::default());
+    let regions = cached_watch(region_writer, regions, watcher::Config::default());
     // Namespaces trigger nothing: a grant is read at the rollout's next reconcile, as
     // it was when it was read by a request.
-    let namespaces = reflector::reflector(
-        namespace_writer,
-        watcher(namespaces, watcher::Config::default())
-            .default_backoff()
-            .modify(drop_managed_fields),
-    )
-    .touched_objects();
+    let namespaces = cached_watch(namespace_writer, namespaces, watcher::Config::default());
     // Which revisions exist (metadata only: their values are read once each, by name,
     // and kept decoded until deleted).
     let decoded_ctx = ctx.clone();
@@ -852,6 +834,32 @@ fn follow_secret_versions(
             () = events => {}
         }
     });
+}
+
+/// A watch of `api` that keeps `writer`'s store up to date before passing each touched
+/// object on (to trigger reconciles).
+fn cached_watch<K>(
+    writer: reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
+    reflector::reflector(
+        writer,
+        watcher(api, config)
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .touched_objects()
 }
 
 /// The cached copies need no record of who wrote which field.

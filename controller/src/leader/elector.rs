@@ -220,7 +220,7 @@ impl LeaderElector {
 }
 
 /// Runs one API call with a timeout; a 409 means another candidate wrote first.
-async fn call<T>(
+pub(super) async fn call<T>(
     operation: &'static str,
     timeout: Duration,
     request: impl Future<Output = kube::Result<T>>,

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::elector::call;
 use super::lease::{LeaseAction, LeaseConfig, Sighting, Tenure, claim, decide, release};
 use super::shard::{
     GROUP_LABEL, MAX_SHARDS, ROLE_LABEL, ROLE_MEMBER, ROLE_SHARD, SHARDS_LABEL, member_lease_name,
@@ -795,21 +796,4 @@ fn label<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|labels| labels.get(key))
         .map(String::as_str)
-}
-
-/// Runs one API call with a timeout; a 409 means another replica wrote first.
-async fn call<T>(
-    operation: &'static str,
-    timeout: Duration,
-    request: impl Future<Output = kube::Result<T>>,
-) -> Result<T, LeaderError> {
-    crate::api_call::timed(operation, timeout, request)
-        .await
-        .map_err(|error| {
-            if error.is_conflict() {
-                LeaderError::Conflict { operation }
-            } else {
-                LeaderError::Call(error)
-            }
-        })
 }
