@@ -80,23 +80,10 @@ impl WriteFence {
 mod tests {
     use super::*;
     use crate::leader::LeaderState;
-
-    fn rollout() -> ConfigRollout {
-        let mut rollout = ConfigRollout::new(
-            "limits",
-            serde_json::from_value(serde_json::json!({
-                "target": {"namespace": "app", "name": "limits"},
-                "data": {"k": "v"},
-                "stages": [{"name": "all", "regions": {"names": ["eu-1"]}}],
-            }))
-            .unwrap(),
-        );
-        rollout.metadata.namespace = Some("team".to_owned());
-        rollout
-    }
+    use crate::reconcile::tests::rollout;
 
     fn named(namespace: &str, name: &str) -> ConfigRollout {
-        let mut rollout = rollout();
+        let mut rollout = rollout(None);
         rollout.metadata.namespace = Some(namespace.to_owned());
         rollout.metadata.name = Some(name.to_owned());
         rollout
@@ -158,7 +145,7 @@ mod tests {
             LeaderState::from_channels(leading_rx, reachable_rx),
             metrics.clone(),
         );
-        let rollout = rollout();
+        let rollout = rollout(None);
         assert!(fence.permits(&rollout, WriteKind::RolloutStatus));
         assert!(fence.permits_cluster(WriteKind::RegionStatus));
         assert_eq!(fence.writer(&rollout), None, "one shard records no writer");

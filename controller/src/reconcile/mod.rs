@@ -407,7 +407,8 @@ pub(crate) mod tests {
         region
     }
 
-    fn rollout(revision: Option<&str>) -> ConfigRollout {
+    /// A one-stage rollout `team/limits` whose status names `revision`.
+    pub(crate) fn rollout(revision: Option<&str>) -> ConfigRollout {
         let mut rollout = ConfigRollout::new(
             "limits",
             serde_json::from_value(serde_json::json!({
