@@ -221,6 +221,7 @@ impl<'a> Draft<'a> {
                 stages::advance(self);
             }
         }
+        regions::forget_lost(self);
         conditions::refresh(self);
     }
 

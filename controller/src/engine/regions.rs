@@ -34,6 +34,36 @@ pub(super) fn region_done(
     mark_is(mark, revision, pass)
 }
 
+/// Clears the mark of a region that no longer holds the revision of a rollout this
+/// decision leaves Complete (a companion restored from a backup, or deleted by hand), so
+/// the revision is published there again (see `dispatch`). It runs once the phase is
+/// decided rather than in [`sync`]: a rollout that turns Complete in this decision must
+/// publish now, not in the next one, or a restart would emit work the first decision
+/// did not.
+pub(super) fn forget_lost(draft: &mut Draft<'_>) {
+    if draft.status.phase != Some(RolloutPhase::Complete) {
+        return;
+    }
+    let Some(revision) = draft.status.revision.as_deref() else {
+        return;
+    };
+    let pass = draft.status.step.unwrap_or(RevisionStep::Single);
+    for region in &mut draft.status.regions {
+        let lost = draft.obs.regions.iter().any(|seen| {
+            seen.name == region.name
+                && seen.reachable
+                && seen.last_error.is_none()
+                && !seen
+                    .applied
+                    .as_ref()
+                    .is_some_and(|applied| applied.revision == revision && applied.step == pass)
+        });
+        if lost && mark_is(region.materialized.as_ref(), revision, pass) {
+            region.materialized = None;
+        }
+    }
+}
+
 /// Rebuilds `status.regions` in plan order from the observations, keeping marks already
 /// reached, and restarts consumers in regions that just materialized.
 pub(super) fn sync(draft: &mut Draft<'_>) {
@@ -76,7 +106,6 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
         Vec::with_capacity(draft.plan.region_count())
     };
     let mut restart_in = Vec::new();
-    let complete = draft.status.phase == Some(RolloutPhase::Complete);
 
     for (position, (stage_index, name)) in draft.plan.all_regions().enumerate() {
         if !aligned {
@@ -126,19 +155,6 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
             if has_consumers && restarts {
                 restart_in.push(name.to_owned());
             }
-        } else if complete
-            && seen.reachable
-            && seen.last_error.is_none()
-            && mark_is(region.materialized.as_ref(), &revision, pass)
-            && !seen
-                .applied
-                .as_ref()
-                .is_some_and(|applied| applied.revision == revision && applied.step == pass)
-        {
-            // A Complete rollout's region that no longer holds the revision (a companion
-            // restored from a backup, or deleted by hand) loses its mark, so the revision
-            // is published there again (see `dispatch`).
-            region.materialized = None;
         } else if has_consumers
             && restarts
             && mark_is(region.materialized.as_ref(), &revision, pass)
