@@ -24,7 +24,7 @@ use kube::{Client, Config, ResourceExt};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ConfigRollout, Region, StageApproval};
+use crate::api::{ConfigRollout, Region, StageApproval, conditions};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{
@@ -39,7 +39,7 @@ use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
 use crate::telemetry::health::{self, Health, ServerLimits};
 use crate::telemetry::logging::{self, LogFormat};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Census, Metrics, RegionState};
 
 /// Name the controller reports events and writes as.
 pub const CONTROLLER_NAME: &str = "configrollout-controller";
@@ -710,6 +710,38 @@ async fn lead_and_work(
     }
 }
 
+/// Counts, from the controller's caches, what the census metrics export.
+fn census_of(
+    rollouts: reflector::Store<ConfigRollout>,
+    regions: reflector::Store<Region>,
+) -> impl Fn() -> Census + Send + Sync + 'static {
+    move || {
+        let rollouts = rollouts.state();
+        Census {
+            phases: rollouts
+                .iter()
+                .map(|rollout| rollout.status.as_ref().and_then(|status| status.phase))
+                .collect(),
+            drifted: rollouts
+                .iter()
+                .filter(|rollout| {
+                    rollout
+                        .status
+                        .as_ref()
+                        .is_some_and(|status| status.is_true(conditions::DRIFTED))
+                })
+                .count(),
+            regions: regions
+                .state()
+                .iter()
+                .map(|region| {
+                    RegionState::from(region.status.as_ref().and_then(|status| status.reachable))
+                })
+                .collect(),
+        }
+    }
+}
+
 async fn run_controller(
     ctx: Arc<Context>,
     watch_hub: Client,
@@ -729,16 +761,6 @@ async fn run_controller(
     );
     let cache = controller.store();
     let region_cache = cache.clone();
-    // configrollout_rollouts counts this cache at each scrape, while the controller runs:
-    // a deleted rollout leaves it with the watch's delete.
-    let census_cache = cache.clone();
-    let _census = ctx.metrics.count_rollouts_from(move || {
-        census_cache
-            .state()
-            .iter()
-            .map(|rollout| rollout.status.as_ref().and_then(|status| status.phase))
-            .collect()
-    });
     let region_changes = triggers::RegionChanges::default();
     // The reconciles read Regions, approvals and Namespaces from these stores; each is
     // updated before its event triggers a reconcile.
@@ -746,6 +768,11 @@ async fn run_controller(
     let (approval_store, approval_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (revision_store, revision_writer) = reflector::store();
+    // The census metrics count these caches at each scrape, while the controller runs:
+    // a deleted rollout or Region leaves them with the watch's delete.
+    let _census = ctx
+        .metrics
+        .take_census_from(census_of(cache.clone(), region_store.clone()));
     ctx.hub_cache.install(HubStores {
         regions: region_store,
         approvals: approval_store,

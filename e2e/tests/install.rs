@@ -332,7 +332,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
         (!up.is_empty()).then_some(())
     })
     .await;
-    // All 8 rules loaded and evaluated without error, the gate alert not firing yet.
+    // All 10 rules loaded and evaluated without error, the gate alert not firing yet.
     eventually("the rules are loaded and evaluated", PROGRESS, || async {
         let answer = prometheus_json(world, "/api/v1/rules").await;
         let rules: Vec<&serde_json::Value> = answer["data"]["groups"]
@@ -341,7 +341,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
             .filter(|g| g["name"] == "configrollout")
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
             .collect();
-        (rules.len() == 8
+        (rules.len() == 10
             && rules
                 .iter()
                 .all(|r| r["health"] == "ok" && r["lastEvaluation"] != "0001-01-01T00:00:00Z"))
@@ -541,7 +541,7 @@ async fn the_monitoring_objects_pass_the_operators_schemas(world: &World) {
     let plain: serde_json::Value = serde_yaml::from_str(&plain).expect("rules parse");
     let expected =
         alerts_and_expressions(plain["groups"][0]["rules"].as_array().expect("plain rules"));
-    assert_eq!(stored.len(), 8);
+    assert_eq!(stored.len(), 10);
     assert_eq!(
         stored, expected,
         "the stored PrometheusRule is the plain rule file"

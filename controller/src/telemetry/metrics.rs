@@ -6,10 +6,11 @@
 //! configuration data can reach a label, and each family has a fixed, small number of
 //! series, all exported from the start, in declaration order.
 //!
-//! Two families are read from the process when scraped rather than counted as things
-//! happen: `configrollout_rollouts` counts the rollouts in the controller's cache by phase
-//! ([`Metrics::count_rollouts_from`]), and `configrollout_leader` asks the election
-//! ([`Metrics::follow_leader`]). Both are therefore true at the moment of the scrape: a
+//! Some families are read from the process when scraped rather than counted as things
+//! happen: `configrollout_rollouts` (by phase), `configrollout_rollouts_drifted` and
+//! `configrollout_regions` (by reachability) count what the controller's caches hold
+//! ([`Metrics::take_census_from`]), and `configrollout_leader` asks the election
+//! ([`Metrics::follow_leader`]). They are therefore true at the moment of the scrape: a
 //! deleted rollout leaves its phase's count as soon as the watch sees it go.
 
 use std::marker::PhantomData;
@@ -93,6 +94,47 @@ impl LabelValue for WriteResult {
     }
     fn index(self) -> usize {
         self as usize
+    }
+}
+
+/// What a Region's last probe found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionState {
+    /// Its apiserver answered.
+    Reachable,
+    /// It could not be reached (no kubeconfig, refused, timed out).
+    Unreachable,
+    /// Not probed yet.
+    Unknown,
+}
+
+impl LabelValue for RegionState {
+    const LABEL: &'static str = "state";
+    const ALL: &'static [Self] = &[
+        RegionState::Reachable,
+        RegionState::Unreachable,
+        RegionState::Unknown,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            RegionState::Reachable => "reachable",
+            RegionState::Unreachable => "unreachable",
+            RegionState::Unknown => "unknown",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl From<Option<bool>> for RegionState {
+    /// From a Region's `status.reachable`.
+    fn from(reachable: Option<bool>) -> Self {
+        match reachable {
+            Some(true) => RegionState::Reachable,
+            Some(false) => RegionState::Unreachable,
+            None => RegionState::Unknown,
+        }
     }
 }
 
@@ -407,14 +449,24 @@ pub struct ReconcileRecord {
     pub status_patch: Option<(WriteResult, Duration)>,
 }
 
-/// The phases of the rollouts the controller knows now (`None`: no status yet), read at
-/// every scrape.
-pub type RolloutCensus = Box<dyn Fn() -> Vec<Option<RolloutPhase>> + Send + Sync>;
+/// What the controller's caches hold at a scrape.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Census {
+    /// The phase of each rollout (`None`: no status yet).
+    pub phases: Vec<Option<RolloutPhase>>,
+    /// How many rollouts have `Drifted=True`.
+    pub drifted: usize,
+    /// Each Region's reachability as its last probe found it.
+    pub regions: Vec<RegionState>,
+}
+
+/// Takes a [`Census`], at every scrape.
+pub type CensusSource = Box<dyn Fn() -> Census + Send + Sync>;
 
 /// Where the families read at scrape time come from.
 #[derive(Default)]
 struct Sources {
-    rollouts: Option<RolloutCensus>,
+    census: Option<CensusSource>,
     leader: Option<LeaderState>,
     shards: Option<Shards>,
 }
@@ -440,8 +492,12 @@ pub struct Metrics {
     /// 1 while this process holds the Lease (read from the election at each scrape once
     /// [`Metrics::follow_leader`] was called).
     pub leader: Gauge,
-    /// Rollouts per phase (counted at each scrape, see [`Metrics::count_rollouts_from`]).
+    /// Rollouts per phase (counted at each scrape, see [`Metrics::take_census_from`]).
     pub rollouts: GaugeVec<RolloutPhase>,
+    /// Rollouts with `Drifted=True` (counted at each scrape).
+    pub rollouts_drifted: Gauge,
+    /// Regions by what their last probe found (counted at each scrape).
+    pub regions: GaugeVec<RegionState>,
     /// Shards whose Lease this process holds (exposed only when sharded, see
     /// [`Metrics::with_shards`]).
     pub shards_held: Gauge,
@@ -484,6 +540,8 @@ impl Metrics {
         let writes_dropped_total = CounterVec::default();
         let leader = Gauge::default();
         let rollouts = GaugeVec::default();
+        let rollouts_drifted = Gauge::default();
+        let regions = GaugeVec::default();
 
         let mut registry = Registry::default();
         registry.register(
@@ -542,6 +600,22 @@ impl Metrics {
             ),
             rollouts.clone(),
         );
+        registry.register(
+            "configrollout_rollouts_drifted",
+            help(
+                "ConfigRollouts this process knows now whose Drifted condition is True (a \
+                 target key edited out of band in some region).",
+            ),
+            rollouts_drifted.clone(),
+        );
+        registry.register(
+            "configrollout_regions",
+            help(
+                "Regions by what their last probe found (a replica that does not lead \
+                 watches none).",
+            ),
+            regions.clone(),
+        );
         Metrics {
             reconcile_total,
             reconcile_errors_total,
@@ -553,6 +627,8 @@ impl Metrics {
             writes_dropped_total,
             leader,
             rollouts,
+            rollouts_drifted,
+            regions,
             shards_held: Gauge::default(),
             registry,
             sources: Mutex::new(Sources::default()),
@@ -615,14 +691,15 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// From now on `configrollout_rollouts` counts, at each scrape, the phases `census`
-    /// returns, until the returned guard is dropped; then every phase reads 0 again (a
-    /// replica that stopped leading watches no rollout).
-    pub fn count_rollouts_from(
+    /// From now on `configrollout_rollouts`, `configrollout_rollouts_drifted` and
+    /// `configrollout_regions` count, at each scrape, what `census` returns, until the
+    /// returned guard is dropped; then every count reads 0 again (a replica that stopped
+    /// leading watches nothing).
+    pub fn take_census_from(
         self: &Arc<Self>,
-        census: impl Fn() -> Vec<Option<RolloutPhase>> + Send + Sync + 'static,
+        census: impl Fn() -> Census + Send + Sync + 'static,
     ) -> CensusGuard {
-        self.sources().rollouts = Some(Box::new(census));
+        self.sources().census = Some(Box::new(census));
         CensusGuard {
             metrics: self.clone(),
         }
@@ -636,13 +713,20 @@ impl Metrics {
     /// Sets the families read from the process to what it holds now.
     fn refresh(&self) {
         let sources = self.sources();
-        let phases = sources.rollouts.as_ref().map(|census| census());
+        let census = sources
+            .census
+            .as_ref()
+            .map(|census| census())
+            .unwrap_or_default();
         self.rollouts.set_counts(
-            phases
-                .unwrap_or_default()
+            census
+                .phases
                 .into_iter()
                 .map(|phase| phase.unwrap_or(RolloutPhase::Pending)),
         );
+        self.rollouts_drifted
+            .set(i64::try_from(census.drifted).unwrap_or(i64::MAX));
+        self.regions.set_counts(census.regions);
         if let Some(leader) = &sources.leader {
             self.leader.set(i64::from(leader.is_leading()));
         }
@@ -665,15 +749,15 @@ impl Metrics {
     }
 }
 
-/// While it lives, `configrollout_rollouts` is counted from a census (see
-/// [`Metrics::count_rollouts_from`]).
+/// While it lives, the census families are counted from a census (see
+/// [`Metrics::take_census_from`]).
 pub struct CensusGuard {
     metrics: Arc<Metrics>,
 }
 
 impl Drop for CensusGuard {
     fn drop(&mut self) {
-        self.metrics.sources().rollouts = None;
+        self.metrics.sources().census = None;
     }
 }
 
@@ -698,6 +782,7 @@ mod tests {
         consistent::<SampleVerdict>();
         consistent::<RolloutPhase>();
         consistent::<ErrorCategory>();
+        consistent::<RegionState>();
         consistent::<WriteKind>();
         assert_eq!(RolloutPhase::ALL.len(), 8);
     }
@@ -798,6 +883,8 @@ mod tests {
         ("configrollout_writes_dropped_total", "counter", "write"),
         ("configrollout_leader", "gauge", ""),
         ("configrollout_rollouts", "gauge", "phase"),
+        ("configrollout_rollouts_drifted", "gauge", ""),
+        ("configrollout_regions", "gauge", "state"),
     ];
 
     #[test]
@@ -919,6 +1006,11 @@ mod tests {
                 ],
                 "phase",
             ),
+            every(
+                "configrollout_regions",
+                vec!["reachable", "unreachable", "unknown"],
+                "state",
+            ),
         ];
         for series in labelled.iter().flatten() {
             assert!(
@@ -974,12 +1066,23 @@ mod tests {
         assert!(text.contains("configrollout_status_patch_duration_seconds_count 1\n"));
     }
 
-    fn phase_count(text: &str, phase: &str) -> i64 {
-        let prefix = format!("configrollout_rollouts{{phase=\"{phase}\"}} ");
+    fn sample(text: &str, series: &str) -> i64 {
+        let prefix = format!("{series} ");
         text.lines()
             .find_map(|line| line.strip_prefix(&prefix))
             .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no {phase} in\n{text}"))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    fn phase_count(text: &str, phase: &str) -> i64 {
+        sample(
+            text,
+            &format!("configrollout_rollouts{{phase=\"{phase}\"}}"),
+        )
+    }
+
+    fn region_count(text: &str, state: &str) -> i64 {
+        sample(text, &format!("configrollout_regions{{state=\"{state}\"}}"))
     }
 
     #[test]
@@ -988,37 +1091,66 @@ mod tests {
         // Nothing watched yet (a standby): every phase 0.
         assert_eq!(phase_count(&metrics.render(), "Complete"), 0);
 
-        let known = Arc::new(Mutex::new(vec![
-            Some(RolloutPhase::Complete),
-            Some(RolloutPhase::Complete),
-            Some(RolloutPhase::Halted),
-            None,
-        ]));
+        let known = Arc::new(Mutex::new(Census {
+            phases: vec![
+                Some(RolloutPhase::Complete),
+                Some(RolloutPhase::Complete),
+                Some(RolloutPhase::Halted),
+                None,
+            ],
+            drifted: 1,
+            regions: vec![
+                RegionState::Reachable,
+                RegionState::Unreachable,
+                RegionState::Reachable,
+                RegionState::Unknown,
+            ],
+        }));
         let census = {
             let known = known.clone();
             move || known.lock().unwrap().clone()
         };
-        let guard = metrics.count_rollouts_from(census);
+        let guard = metrics.take_census_from(census);
         let text = metrics.render();
         assert_eq!(phase_count(&text, "Complete"), 2);
         assert_eq!(phase_count(&text, "Halted"), 1);
         assert_eq!(phase_count(&text, "Pending"), 1, "no status yet is Pending");
         assert_eq!(phase_count(&text, "Progressing"), 0);
+        assert_eq!(sample(&text, "configrollout_rollouts_drifted"), 1);
+        assert_eq!(region_count(&text, "reachable"), 2);
+        assert_eq!(region_count(&text, "unreachable"), 1);
+        assert_eq!(region_count(&text, "unknown"), 1);
 
-        // A rollout deleted: its phase's count goes down at the next scrape.
-        known.lock().unwrap().remove(0);
-        assert_eq!(phase_count(&metrics.render(), "Complete"), 1);
-        known.lock().unwrap().clear();
+        // A rollout deleted, a region back: the counts follow at the next scrape.
+        {
+            let mut known = known.lock().unwrap();
+            known.phases.remove(0);
+            known.regions[1] = RegionState::Reachable;
+        }
+        let text = metrics.render();
+        assert_eq!(phase_count(&text, "Complete"), 1);
+        assert_eq!(region_count(&text, "unreachable"), 0);
+        assert_eq!(region_count(&text, "reachable"), 3);
+        *known.lock().unwrap() = Census::default();
         let text = metrics.render();
         for phase in RolloutPhase::ALL {
             assert_eq!(phase_count(&text, phase.as_str()), 0, "{phase:?}");
         }
+        assert_eq!(sample(&text, "configrollout_rollouts_drifted"), 0);
 
         // Stopped leading: the census goes, and so do the counts.
-        known.lock().unwrap().push(Some(RolloutPhase::Paused));
+        {
+            let mut known = known.lock().unwrap();
+            known.phases.push(Some(RolloutPhase::Paused));
+            known.drifted = 1;
+            known.regions.push(RegionState::Unreachable);
+        }
         assert_eq!(phase_count(&metrics.render(), "Paused"), 1);
         drop(guard);
-        assert_eq!(phase_count(&metrics.render(), "Paused"), 0);
+        let text = metrics.render();
+        assert_eq!(phase_count(&text, "Paused"), 0);
+        assert_eq!(sample(&text, "configrollout_rollouts_drifted"), 0);
+        assert_eq!(region_count(&text, "unreachable"), 0);
     }
 
     #[test]
@@ -1066,5 +1198,6 @@ mod tests {
         indexes_follow_all(RolloutPhase::ALL);
         indexes_follow_all(ErrorCategory::ALL);
         indexes_follow_all(WriteKind::ALL);
+        indexes_follow_all(RegionState::ALL);
     }
 }
