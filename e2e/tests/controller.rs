@@ -611,6 +611,69 @@ spec:
     }
 }
 
+/// A revision too large for a ControllerRevision (about 1.1 MB of values: the hub
+/// accepts the rollout, but its revision's state could not be stored in one object) is
+/// refused before anything is written: `InvalidSpec` names the field and the sizes, never
+/// a value, and no region is written.
+async fn an_oversized_revision_is_reported_and_touches_no_region(world: &World) {
+    let value = "0123456789abcdef".repeat(6_250);
+    let mut rollout: ConfigRollout = serde_yaml::from_str(
+        r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: oversized, namespace: team}
+spec:
+  target: {namespace: app, name: oversized}
+  stages:
+    - {name: canary, regions: {names: [region-1]}}
+"#,
+    )
+    .expect("YAML");
+    rollout.spec.data = Some(
+        (0..11)
+            .map(|index| (format!("blob-{index}"), value.clone()))
+            .collect(),
+    );
+    within(
+        "create the oversized rollout",
+        world.rollouts().create(&PostParams::default(), &rollout),
+    )
+    .await;
+    let refused = world
+        .wait_condition("oversized", "InvalidSpec", PROGRESS)
+        .await;
+    let condition = refused
+        .status
+        .as_ref()
+        .and_then(|status| status.condition("InvalidSpec"))
+        .expect("the condition")
+        .clone();
+    assert!(
+        condition
+            .message
+            .contains("spec.data: the next revision cannot be stored"),
+        "{condition:?}"
+    );
+    assert!(
+        refused
+            .status
+            .as_ref()
+            .is_some_and(|status| status.revision.is_none()),
+        "no revision declared: {:?}",
+        refused.status
+    );
+    assert!(
+        !condition.message.contains(&value[..32]),
+        "no value in the condition"
+    );
+    assert_eq!(world.target_data("region-1", "oversized").await, None);
+    within(
+        "delete the oversized rollout",
+        world.rollouts().delete("oversized", &Default::default()),
+    )
+    .await;
+}
+
 async fn a_spec_the_schema_refuses_never_exists(world: &World) {
     let refused = r#"
 apiVersion: configrollout.dev/v1alpha1
@@ -719,7 +782,10 @@ async fn only_the_lease_holder_writes_and_a_standby_takes_over(world: &World, le
     standby.stop();
 }
 
-async fn an_unreachable_region_halts_at_the_deadline_or_completes_when_back(world: &mut World) {
+async fn an_unreachable_region_halts_at_the_deadline_or_completes_when_back(
+    world: &mut World,
+    metrics_url: &str,
+) {
     let rollout = |name: &str, deadline: &str| {
         format!(
             r#"
@@ -742,8 +808,40 @@ spec:
         (status.reachable == Some(false) && status.last_error.is_some()).then_some(())
     })
     .await;
+    // What the ConfigRolloutRegionUnreachable alert reads.
+    let unreachable_regions = || async {
+        sample(
+            &scrape(metrics_url).await,
+            "configrollout_regions{state=\"unreachable\"}",
+        )
+    };
+    eventually(
+        "the regions gauge counts region-3 unreachable",
+        PROGRESS,
+        || async { (unreachable_regions().await == 1.0).then_some(()) },
+    )
+    .await;
     world
         .create_rollout(&rollout("partition-halt", "20s"))
+        .await;
+    // The same failure with onFailure Rollback: region-1 is reverted at once, and the
+    // rollback waits (up to the rollout's progressDeadline) for region-3, which never
+    // got the revision.
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: partition-rollback, namespace: team}
+spec:
+  target: {namespace: app, name: partition-rollback}
+  data: {k: "v"}
+  onFailure: Rollback
+  progressDeadline: 10m
+  stages:
+    - {name: only, regions: {names: [region-1, region-3]}, maxParallel: 2, progressDeadline: 20s}
+"#,
+        )
         .await;
     let halted = world.wait_phase("partition-halt", "Halted", PROGRESS).await;
     let region3 = region_status(&halted, "region-3").expect("region-3 in status");
@@ -756,6 +854,24 @@ spec:
         world.target_data("region-1", "partition-halt").await,
         Some(data(&[("k", "v")])),
         "the reachable region keeps what it received"
+    );
+    world
+        .wait_phase("partition-rollback", "RollingBack", PROGRESS)
+        .await;
+    eventually(
+        "region-1 reverted while region-3 is down",
+        PROGRESS,
+        || async {
+            let data = world.target_data("region-1", "partition-rollback").await;
+            (!data.is_some_and(|data| data.contains_key("k"))).then_some(())
+        },
+    )
+    .await;
+    let waiting = world.rollout("partition-rollback").await;
+    assert_eq!(
+        phase_of(&waiting).as_deref(),
+        Some("RollingBack"),
+        "the rollback waits for the unreachable region, it does not claim it"
     );
 
     world
@@ -770,6 +886,26 @@ spec:
     world
         .wait_condition("partition-heal", "Complete", PROGRESS)
         .await;
+    // region-3 is back and never got partition-rollback's revision: nothing to revert
+    // there, so the rollback ends RolledBack instead of spinning.
+    let rolled_back = world
+        .wait_phase("partition-rollback", "RolledBack", PROGRESS)
+        .await;
+    assert!(
+        rolled_back
+            .status
+            .as_ref()
+            .is_some_and(|status| status.is_true("RolledBack")),
+        "{:?}",
+        rolled_back.status
+    );
+    assert!(
+        !world
+            .target_data("region-3", "partition-rollback")
+            .await
+            .is_some_and(|data| data.contains_key("k")),
+        "region-3 never received the revision"
+    );
     let back = eventually("Region region-3 reachable again", PROGRESS, || async {
         let region = within("read region", regions.get("region-3")).await;
         let status = region.status?;
@@ -783,6 +919,24 @@ spec:
         "{back:?}"
     );
     assert!(back.last_contact_time.is_some());
+    eventually(
+        "the regions gauge counts none unreachable",
+        PROGRESS,
+        || async { (unreachable_regions().await == 0.0).then_some(()) },
+    )
+    .await;
+    let all_regions = within("list regions", regions.list(&Default::default()))
+        .await
+        .items
+        .len();
+    let reachable = sample(
+        &scrape(metrics_url).await,
+        "configrollout_regions{state=\"reachable\"}",
+    );
+    assert_eq!(
+        reachable as usize, all_regions,
+        "every Region counted reachable"
+    );
     assert_eq!(
         world.target_data("region-3", "partition-heal").await,
         Some(data(&[("k", "v")]))
@@ -896,6 +1050,88 @@ spec:
     .await;
     assert_eq!(after, phases_in_the_hub(world).await);
     assert_eq!(after, settled, "back to the counts before it");
+}
+
+/// Rollouts whose Drifted condition is true, as the hub holds them.
+async fn drifted_in_the_hub(world: &World) -> f64 {
+    let all: Api<ConfigRollout> = Api::all(world.hub.clone());
+    within("list rollouts", all.list(&Default::default()))
+        .await
+        .items
+        .iter()
+        .filter(|rollout| {
+            rollout
+                .status
+                .as_ref()
+                .is_some_and(|status| status.is_true("Drifted"))
+        })
+        .count() as f64
+}
+
+/// `configrollout_rollouts_drifted` (what the ConfigRolloutDrift alert reads) is the
+/// hub's count of rollouts with `Drifted=True`: one more when a target is edited by hand
+/// under driftPolicy Report, one less when that rollout is deleted.
+async fn the_drift_gauge_counts_the_rollouts_reporting_drift(world: &World, metrics_url: &str) {
+    let exported =
+        || async { sample(&scrape(metrics_url).await, "configrollout_rollouts_drifted") };
+    let before = eventually("the drift gauge matches the hub", PROGRESS, || async {
+        let hub = drifted_in_the_hub(world).await;
+        (exported().await == hub).then_some(hub)
+    })
+    .await;
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: drift-counted, namespace: team}
+spec:
+  target: {namespace: app, name: drift-counted}
+  data: {k: "v"}
+  driftPolicy: Report
+  stages:
+    - {name: only, regions: {names: [region-1]}}
+"#,
+        )
+        .await;
+    world
+        .wait_condition("drift-counted", "Complete", PROGRESS)
+        .await;
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
+    let edit = serde_json::json!({"data": {"k": "edited-by-hand"}});
+    within(
+        "edit the target by hand",
+        maps.patch(
+            "drift-counted",
+            &PatchParams::default(),
+            &Patch::Merge(&edit),
+        ),
+    )
+    .await;
+    world
+        .wait_condition("drift-counted", "Drifted", IDLE_POLL + PROGRESS)
+        .await;
+    eventually(
+        "the drift gauge counts the edited rollout",
+        PROGRESS,
+        || async { (exported().await == before + 1.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(drifted_in_the_hub(world).await, before + 1.0);
+
+    within(
+        "delete the rollout",
+        world
+            .rollouts()
+            .delete("drift-counted", &Default::default()),
+    )
+    .await;
+    eventually(
+        "the deleted rollout leaves the drift gauge",
+        PROGRESS,
+        || async { (exported().await == before).then_some(()) },
+    )
+    .await;
 }
 
 /// Other writers racing the controller on a region's ConfigMaps: the controller's writes
@@ -1121,12 +1357,14 @@ async fn controller_on_the_lab() {
     a_corrupted_companion_is_reported_and_the_other_regions_complete(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
+    an_oversized_revision_is_reported_and_touches_no_region(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
     only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
     let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-c", &probe_addr);
-    an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world).await;
     let metrics_url = format!("http://{probe_addr}/metrics");
+    an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world, &metrics_url)
+        .await;
     a_region_write_that_meets_a_conflict_is_counted_and_read_again(
         &world,
         &controller,
@@ -1134,6 +1372,7 @@ async fn controller_on_the_lab() {
     )
     .await;
     the_rollouts_gauge_counts_what_the_hub_holds_per_phase(&world, &metrics_url).await;
+    the_drift_gauge_counts_the_rollouts_reporting_drift(&world, &metrics_url).await;
     no_value_leaves_the_regions(&world, &metrics_url).await;
     controller.stop();
 }
