@@ -4,17 +4,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use kube::ResourceExt;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 
+use super::observe::RegionReads;
 use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
 use crate::engine::{ActOutcome, Action, EventType, FailedRegion, Grant};
 use crate::regions::materialize::Compaction;
 use crate::regions::publication::RevisionState;
-use crate::regions::store::{self, DriftHandling, TargetObject};
+use crate::regions::store::{self, DriftHandling, Snapshot, TargetObject};
 use crate::regions::{RegionError, consumers};
 use crate::telemetry::metrics::WriteKind;
 
@@ -48,8 +50,21 @@ pub struct ActInput<'a> {
     pub revisions: &'a mut BTreeMap<String, RevisionState>,
     /// Every Region.
     pub regions: &'a [Region],
+    /// What this reconcile's observation read in the regions it merges into: each merge
+    /// plans its first attempt from it.
+    pub first_reads: Mutex<RegionReads>,
     /// What the rollout's namespace may reach: checked again before every region write.
     pub grant: &'a Grant,
+}
+
+impl ActInput<'_> {
+    /// What this reconcile's observation read of `region`, to the first merge there.
+    fn take_first_read(&self, region: &str) -> Option<Snapshot> {
+        self.first_reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(region)
+    }
 }
 
 /// Carries out `actions` in order, noting in `report` what was done as it goes, so that
@@ -240,7 +255,16 @@ async fn merge(
         policy: &input.rollout.spec.drift_policy,
         adopt_stamp: Some(&adopt_stamp),
     };
-    let result = store::materialize(&client, &ctx.digest_key, &target, drift, delta_for).await;
+    let first_read = input.take_first_read(region_name);
+    let result = store::materialize(
+        &client,
+        &ctx.digest_key,
+        &target,
+        drift,
+        first_read,
+        delta_for,
+    )
+    .await;
     report.region_conflicts = report
         .region_conflicts
         .saturating_add(conflicts.load(Ordering::Relaxed));

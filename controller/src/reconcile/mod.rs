@@ -213,13 +213,22 @@ async fn run_steps(
         .await
         .map_err(ReconcileError::Fetch)?;
     let validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
-    let observations = observe::observe(ctx, rollout, &fetched, &validated, now)
-        .await
-        .map_err(ReconcileError::Observe)?;
+    let (observations, mut region_reads) =
+        observe::observe(ctx, rollout, &fetched, &validated, now)
+            .await
+            .map_err(ReconcileError::Observe)?;
 
     let previous = rollout.status.clone().unwrap_or_default();
     let decision = engine::decide(&rollout.spec, previous, &observations, now);
     record.samples_judged = decision.samples_judged;
+    // A region's whole replica is held only for the merges that plan from it.
+    region_reads.retain(|region, _| {
+        decision.actions.iter().any(|action| match action {
+            engine::Action::Publish { region: to, .. }
+            | engine::Action::Rollback { region: to, .. } => to == region,
+            _ => false,
+        })
+    });
 
     let mut report = act::ActReport::default();
     let acted = act::act(
@@ -231,6 +240,7 @@ async fn run_steps(
             revisions: &mut fetched.revisions,
             regions: &fetched.regions,
             grant: &fetched.grant,
+            first_reads: std::sync::Mutex::new(region_reads),
         },
         &decision.actions,
         &mut report,

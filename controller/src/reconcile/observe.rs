@@ -15,6 +15,7 @@ use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
 use crate::crdt::{WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Grant, Observations};
 use crate::gates::SampleSource;
+use crate::regions::store::Snapshot;
 
 /// Most other rollouts looked up per reconcile when they hold keys this one declares.
 const MAX_OTHER_ROLLOUTS_CHECKED: usize = 8;
@@ -29,14 +30,17 @@ pub struct Validated {
     pub spec_errors: Vec<String>,
 }
 
-/// Reads the regions and assembles the engine's observations.
+/// What was read in each region (by Region name), for merges in the same reconcile.
+pub type RegionReads = BTreeMap<String, Snapshot>;
+
+/// Reads the regions and assembles the engine's observations, with what was read.
 pub async fn observe(
     ctx: &Context,
     rollout: &ConfigRollout,
     fetched: &Fetched,
     validated: &Validated,
     now: DateTime<Utc>,
-) -> Result<Observations, HubError> {
+) -> Result<(Observations, RegionReads), HubError> {
     let status = rollout.status.clone().unwrap_or_default();
     let current = status
         .revision
@@ -69,7 +73,17 @@ pub async fn observe(
     let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now).await;
     let desired = &validated.desired;
     let changes = current.map(|revision| revision.changes_to(desired));
-    Ok(Observations {
+    let mut reads = RegionReads::new();
+    let regions = observed
+        .into_iter()
+        .map(|region| {
+            if let Some(read) = region.read {
+                reads.insert(region.observation.name.clone(), read);
+            }
+            region.observation
+        })
+        .collect();
+    let observations = Observations {
         generation: rollout.metadata.generation.unwrap_or_default(),
         desired: DesiredRevision {
             digest: if validated.spec_errors.is_empty() {
@@ -81,10 +95,7 @@ pub async fn observe(
             keys_removed: changes.map_or(0, |c| c.removed),
         },
         fresh_stamp: ctx.fresh_stamp(&validated.writer).to_string(),
-        regions: observed
-            .into_iter()
-            .map(|region| region.observation)
-            .collect(),
+        regions,
         gate_samples,
         approvals: fetched.approvals.clone(),
         control: control(rollout),
@@ -95,7 +106,8 @@ pub async fn observe(
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         four_eyes_default: ctx.four_eyes_default,
         missing_policies,
-    })
+    };
+    Ok((observations, reads))
 }
 
 /// Stamps after this wall-clock time (ms) are further ahead than the drift bound.

@@ -12,7 +12,7 @@ use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
 use crate::gates::{SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
-use crate::regions::store::{self, Ownership};
+use crate::regions::store::{self, Ownership, Snapshot};
 
 /// Who writes what in a region's target, beyond the evidence the engine reads.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +34,8 @@ pub struct ObservedRegion {
     /// past it before a revision is stamped, so a new revision is never stamped below
     /// what a region already holds.
     pub latest_stamp: Option<Stamp>,
+    /// The objects read, for a merge into this region in the same reconcile.
+    pub read: Option<Snapshot>,
 }
 
 /// The rollout reading a region: its identity and what it declares.
@@ -65,6 +67,7 @@ pub async fn read_region(
     };
     let mut findings = TargetFindings::default();
     let mut latest_stamp = None;
+    let mut read = None;
     let client = match ctx.region_clients.client(region).await {
         Ok(client) => client,
         Err(error) => {
@@ -73,6 +76,7 @@ pub async fn read_region(
                 observation,
                 findings,
                 latest_stamp: None,
+                read: None,
             };
         }
     };
@@ -126,6 +130,7 @@ pub async fn read_region(
                     }
                 }
             }
+            read = Some(inspection.read);
         }
         Err(error) => {
             observation.reachable = !error.is_unreachable();
@@ -136,6 +141,7 @@ pub async fn read_region(
         observation,
         findings,
         latest_stamp,
+        read,
     }
 }
 

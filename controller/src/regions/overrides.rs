@@ -55,5 +55,5 @@ pub async fn write_override(
         policy: &DriftPolicy::Report,
         adopt_stamp: None,
     };
-    store::materialize(client, key, &target, drift, delta_for).await
+    store::materialize(client, key, &target, drift, None, delta_for).await
 }

@@ -1,10 +1,14 @@
 //! Materialisation in a region: read the target and companion ConfigMaps, plan the merge
-//! ([`super::materialize::plan`]), write with optimistic concurrency, read back.
+//! ([`super::materialize::plan`]), write with optimistic concurrency, and check what the
+//! region stored.
 //!
 //! Every write carries the `resourceVersion` it was planned from. A conflict means
 //! someone wrote in between: both objects are read again and the merge planned again,
 //! never overwritten. Merging is idempotent, so a retry after a half-done attempt is
-//! harmless.
+//! harmless. Because every write is conditional, the first attempt may plan from the
+//! objects an [`inspect`] of the same reconcile read ([`Snapshot`]) instead of reading
+//! them again, and what the region stored is the objects its write answers returned:
+//! a publish costs its writes, not two reads before and two after.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -75,18 +79,26 @@ pub struct Materialized {
 /// that lands in between is never reverted by a stale computation). Reads back the result.
 /// A write refused as a conflict is reported to [`TargetObject::on_conflict`], then both
 /// objects are read again.
+///
+/// `first_read` is what an [`inspect`] of the same target read moments ago: the first
+/// attempt plans from it (a stale one only costs a conflict and a fresh read).
 pub async fn materialize(
     client: &Client,
     key: &DigestKey,
     target: &TargetObject<'_>,
     drift: DriftHandling<'_>,
+    first_read: Option<Snapshot>,
     delta_for: impl Fn(&Replica) -> Result<Delta, RegionError>,
 ) -> Result<Materialized, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), target.namespace);
     let companion_name = materialize::companion_name(target.name)?;
     let mut writes = 0;
+    let mut first_read = first_read.map(|snapshot| snapshot.0);
     for _ in 0..MAX_ATTEMPTS {
-        let current = read_pair(&api, target.name, &companion_name).await?;
+        let current = match first_read.take() {
+            Some(read) => read,
+            None => read_pair(&api, target.name, &companion_name).await?,
+        };
         if current.ownership() == Ownership::Unmanaged && !target.adopt {
             return Err(RegionError::UnmanagedTarget {
                 namespace: target.namespace.to_owned(),
@@ -115,9 +127,9 @@ pub async fn materialize(
                 compaction: target.compaction,
             },
         )?;
-        match write_plan(&api, target, &companion_name, &current, &plan, &mut writes).await {
-            Ok(()) => {
-                let inspection = inspect_pair(&api, key, target.name, &companion_name).await?;
+        match write_plan(&api, target, &companion_name, current, &plan, &mut writes).await {
+            Ok(stored) => {
+                let inspection = inspection_of(key, stored)?;
                 if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
                     return Err(RegionError::ReadBackMismatch);
                 }
@@ -167,7 +179,15 @@ pub struct Inspection {
     pub overridden_keys: Vec<String>,
     /// Whether the target exists and who manages it.
     pub ownership: Ownership,
+    /// The objects read, for a [`materialize`] that follows in the same reconcile.
+    pub read: Snapshot,
 }
+
+/// The target and companion ConfigMaps of one region as one [`inspect`] read them: what
+/// a [`materialize`] right after it plans its first attempt from. Held only between
+/// the two, since it is the region's whole replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot(Pair);
 
 /// Whether a region's target ConfigMap exists and whether configrollout manages it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,16 +211,12 @@ pub async fn inspect(
 ) -> Result<Inspection, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
-    inspect_pair(&api, key, name, &companion_name).await
+    let current = read_pair(&api, name, &companion_name).await?;
+    inspection_of(key, current)
 }
 
-async fn inspect_pair(
-    api: &Api<ConfigMap>,
-    key: &DigestKey,
-    target: &str,
-    companion: &str,
-) -> Result<Inspection, RegionError> {
-    let current = read_pair(api, target, companion).await?;
+/// What `current` holds: the replica, its digest, drift and overrides.
+fn inspection_of(key: &DigestKey, current: Pair) -> Result<Inspection, RegionError> {
     let plan = materialize::plan(
         key,
         current.target_view.as_ref(),
@@ -216,13 +232,18 @@ async fn inspect_pair(
     Ok(Inspection {
         replica: plan.replica,
         digest: plan.digest,
-        target_digest: current.target_view.and_then(|view| view.digest),
+        target_digest: current
+            .target_view
+            .as_ref()
+            .and_then(|view| view.digest.clone()),
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
         ownership,
+        read: Snapshot(current),
     })
 }
 
+#[derive(Debug, Clone, PartialEq)]
 struct Pair {
     target: Option<ConfigMap>,
     companion: Option<ConfigMap>,
@@ -247,34 +268,41 @@ async fn read_pair(
 ) -> Result<Pair, RegionError> {
     let target = call("read target", api.get_opt(target)).await?;
     let companion = call("read companion", api.get_opt(companion)).await?;
-    let target_view = target.as_ref().map(|cm| TargetView {
-        data: cm.data.clone().unwrap_or_default(),
-        digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
-    });
-    let companion_view = companion.as_ref().map(|cm| CompanionView {
-        state: cm.data.as_ref().and_then(|d| d.get(STATE_KEY)).cloned(),
-        digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
-    });
-    Ok(Pair {
-        target,
-        companion,
-        target_view,
-        companion_view,
-    })
+    Ok(Pair::of(target, companion))
+}
+
+impl Pair {
+    fn of(target: Option<ConfigMap>, companion: Option<ConfigMap>) -> Pair {
+        let target_view = target.as_ref().map(|cm| TargetView {
+            data: cm.data.clone().unwrap_or_default(),
+            digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
+        });
+        let companion_view = companion.as_ref().map(|cm| CompanionView {
+            state: cm.data.as_ref().and_then(|d| d.get(STATE_KEY)).cloned(),
+            digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
+        });
+        Pair {
+            target,
+            companion,
+            target_view,
+            companion_view,
+        }
+    }
 }
 
 /// Writes the companion, then the target, counting in `writes` each write that the region
-/// accepted. A new target is created first without the
+/// accepted, and returns both objects as the region stored them (its answers to the
+/// writes, or `current` where nothing was written). A new target is created first without the
 /// digest (so a crash before its companion exists leaves an unmanaged ConfigMap, not a
 /// managed one without state), then the companion owned by it, then the digest.
 async fn write_plan(
     api: &Api<ConfigMap>,
     target: &TargetObject<'_>,
     companion_name: &str,
-    current: &Pair,
+    current: Pair,
     plan: &Plan,
     writes: &mut u32,
-) -> Result<(), RegionError> {
+) -> Result<Pair, RegionError> {
     let params = PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -291,8 +319,13 @@ async fn write_plan(
     };
     // A new target is created whole, so that a first publish writes it once; the
     // companion follows, owned by it (see `plan` for an interrupted creation).
-    let (target_object, created) = match &current.target {
-        Some(existing) => (existing.clone(), false),
+    let Pair {
+        target: current_target,
+        companion: current_companion,
+        ..
+    } = current;
+    let (target_object, created) = match current_target {
+        Some(existing) => (existing, false),
         None => {
             let mut fresh = ConfigMap {
                 metadata: ObjectMeta {
@@ -311,8 +344,10 @@ async fn write_plan(
         }
     };
 
+    let companion_existed = current_companion.is_some();
+    let mut stored_companion = current_companion;
     if plan.companion_changed {
-        let mut companion = current.companion.clone().unwrap_or_else(|| ConfigMap {
+        let mut companion = stored_companion.take().unwrap_or_else(|| ConfigMap {
             metadata: ObjectMeta {
                 name: Some(companion_name.to_owned()),
                 namespace: Some(target.namespace.to_owned()),
@@ -329,16 +364,17 @@ async fn write_plan(
             plan.encoded_state.clone(),
         )]));
         fence(target)?;
-        if current.companion.is_some() {
+        let written = if companion_existed {
             call(
                 "write companion",
                 api.replace(companion_name, &params, &companion),
             )
-            .await?;
+            .await?
         } else {
-            call("create companion", api.create(&params, &companion)).await?;
-        }
+            call("create companion", api.create(&params, &companion)).await?
+        };
         *writes += 1;
+        stored_companion = Some(written);
     }
 
     let needs_target_write = !created
@@ -350,15 +386,18 @@ async fn write_plan(
                     .map(String::as_str)
                     != Some(revision)
             }));
-    if needs_target_write {
+    let stored_target = if needs_target_write {
         let mut updated = target_object;
         updated.data = Some(plan.target_data.clone());
         annotate(&mut updated);
         fence(target)?;
-        call("write target", api.replace(target.name, &params, &updated)).await?;
+        let written = call("write target", api.replace(target.name, &params, &updated)).await?;
         *writes += 1;
-    }
-    Ok(())
+        written
+    } else {
+        target_object
+    };
+    Ok(Pair::of(Some(stored_target), stored_companion))
 }
 
 fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
