@@ -617,17 +617,10 @@ spec:
 /// a value, and no region is written.
 async fn an_oversized_revision_is_reported_and_touches_no_region(world: &World) {
     let value = "0123456789abcdef".repeat(6_250);
-    let mut rollout: ConfigRollout = serde_yaml::from_str(
-        r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata: {name: oversized, namespace: team}
-spec:
-  target: {namespace: app, name: oversized}
-  stages:
-    - {name: canary, regions: {names: [region-1]}}
-"#,
-    )
+    let mut rollout: ConfigRollout = serde_yaml::from_str(&rollout_yaml(
+        "oversized",
+        "  stages:\n    - {name: canary, regions: {names: [region-1]}}\n",
+    ))
     .expect("YAML");
     rollout.spec.data = Some(
         (0..11)
@@ -828,20 +821,15 @@ spec:
     // rollback waits (up to the rollout's progressDeadline) for region-3, which never
     // got the revision.
     world
-        .create_rollout(
-            r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata: {name: partition-rollback, namespace: team}
-spec:
-  target: {namespace: app, name: partition-rollback}
-  data: {k: "v"}
+        .create_rollout(&rollout_yaml(
+            "partition-rollback",
+            r#"  data: {k: "v"}
   onFailure: Rollback
   progressDeadline: 10m
   stages:
     - {name: only, regions: {names: [region-1, region-3]}, maxParallel: 2, progressDeadline: 20s}
 "#,
-        )
+        ))
         .await;
     let halted = world.wait_phase("partition-halt", "Halted", PROGRESS).await;
     let region3 = region_status(&halted, "region-3").expect("region-3 in status");
@@ -1080,19 +1068,14 @@ async fn the_drift_gauge_counts_the_rollouts_reporting_drift(world: &World, metr
     })
     .await;
     world
-        .create_rollout(
-            r#"
-apiVersion: configrollout.dev/v1alpha1
-kind: ConfigRollout
-metadata: {name: drift-counted, namespace: team}
-spec:
-  target: {namespace: app, name: drift-counted}
-  data: {k: "v"}
+        .create_rollout(&rollout_yaml(
+            "drift-counted",
+            r#"  data: {k: "v"}
   driftPolicy: Report
   stages:
     - {name: only, regions: {names: [region-1]}}
 "#,
-        )
+        ))
         .await;
     world
         .wait_condition("drift-counted", "Complete", PROGRESS)

@@ -56,14 +56,6 @@ impl Shape {
     }
 }
 
-/// A ConfigRollout `name` in the team namespace targeting `app/<name>`, with the rest
-/// of its spec (indented two spaces) after `target`.
-fn rollout_yaml(name: &str, spec: &str) -> String {
-    format!(
-        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata:\n  name: {name}\n  namespace: {TEAM}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n{spec}"
-    )
-}
-
 /// A two-stage rollout (canary region-1, then region-2 and region-3) whose stages are
 /// gated on the region's error ratio.
 fn gated_rollout(name: &str, timeout_ms: &str, shape: &Shape) -> String {

@@ -217,6 +217,14 @@ pub fn phase_of(rollout: &ConfigRollout) -> Option<String> {
     phase.as_str().map(str::to_owned)
 }
 
+/// A ConfigRollout `name` in the team namespace targeting `app/<name>`, with the rest
+/// of its spec (indented two spaces) after `target`.
+pub fn rollout_yaml(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata:\n  name: {name}\n  namespace: {TEAM}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n{spec}"
+    )
+}
+
 pub fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
