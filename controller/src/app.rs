@@ -393,6 +393,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         hub_cache: Default::default(),
         region_clients: RegionClients::new(
             hub.clone(),
+            watch_hub.clone(),
             CredentialPolicy {
                 controller_namespace: options.namespace.clone(),
                 allow_unsafe_kubeconfig: options.allow_unsafe_kubeconfig,

@@ -32,6 +32,15 @@ pub struct ActReport {
 }
 
 impl ActReport {
+    /// Counts what `other` (a later round of the same reconcile) did too.
+    pub fn add(&mut self, other: &ActReport) {
+        self.region_writes = self.region_writes.saturating_add(other.region_writes);
+        self.region_conflicts = self.region_conflicts.saturating_add(other.region_conflicts);
+        self.outcome
+            .failed_regions
+            .extend(other.outcome.failed_regions.iter().cloned());
+    }
+
     /// Region merges that failed.
     pub fn region_failures(&self) -> u32 {
         u32::try_from(self.outcome.failed_regions.len()).unwrap_or(u32::MAX)
@@ -176,7 +185,7 @@ async fn restart_consumers(
     revision: &str,
     pass: crate::api::RevisionStep,
 ) -> Result<u32, RegionError> {
-    let client = region_client(ctx, input, region_name).await?;
+    let (client, _) = region_client(ctx, input, region_name).await?;
     let marker = consumers::restart_marker(revision, pass);
     let mut restarted = 0;
     for consumer in &input.rollout.spec.consumers {
@@ -188,13 +197,14 @@ async fn restart_consumers(
     Ok(restarted)
 }
 
-/// The client of a region this rollout is about to write in, once the write is known to
-/// be within the grant: the engine never asks for more, and this keeps it so.
-async fn region_client(
+/// The client of a region this rollout is about to write in, and the Region, once the
+/// write is known to be within the grant: the engine never asks for more, and this keeps
+/// it so.
+async fn region_client<'a>(
     ctx: &Context,
-    input: &ActInput<'_>,
+    input: &ActInput<'a>,
     region_name: &str,
-) -> Result<kube::Client, RegionError> {
+) -> Result<(kube::Client, &'a Region), RegionError> {
     if !ctx.fence.permits(input.rollout, WriteKind::RegionObject) {
         return Err(RegionError::NotLeader);
     }
@@ -212,12 +222,14 @@ async fn region_client(
         .ok_or_else(|| RegionError::UnknownRegion {
             region: region_name.to_owned(),
         })?;
-    ctx.region_clients
+    let client = ctx
+        .region_clients
         .client(region)
         .await
         .map_err(|source| RegionError::Client {
             reason: source.to_string(),
-        })
+        })?;
+    Ok((client, region))
 }
 
 /// Merges one delta into one region, counting in `report` the writes it refused as
@@ -231,7 +243,10 @@ async fn merge(
     compaction: Compaction<'_>,
     delta_for: impl Fn(&crate::crdt::Replica) -> Result<crate::crdt::Delta, RegionError>,
 ) -> Result<store::Materialized, RegionError> {
-    let client = region_client(ctx, input, region_name).await?;
+    let (client, region) = region_client(ctx, input, region_name).await?;
+    let objects = ctx
+        .region_clients
+        .objects(region, &input.rollout.spec.target.namespace);
     let conflicts = AtomicU32::new(0);
     let rollout_ref = format!(
         "{}/{}",
@@ -249,6 +264,7 @@ async fn merge(
         on_conflict: &|| {
             conflicts.fetch_add(1, Ordering::Relaxed);
         },
+        objects: Some(&objects),
     };
     let adopt_stamp = ctx.fresh_stamp(&ctx.adopt_writer);
     let drift = DriftHandling {

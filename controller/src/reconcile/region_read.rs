@@ -80,7 +80,16 @@ pub async fn read_region(
             };
         }
     };
-    match store::inspect(&client, &ctx.digest_key, &target.namespace, &target.name).await {
+    let objects = ctx.region_clients.objects(region, &target.namespace);
+    let inspected = store::inspect(
+        &client,
+        &ctx.digest_key,
+        &target.namespace,
+        &target.name,
+        Some(&objects),
+    )
+    .await;
+    match inspected {
         Ok(inspection) => {
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -20,6 +20,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
+use super::object_cache::{self, KeptObjects, RegionObjects, RegionWatches};
 use super::store::CALL_TIMEOUT;
 use crate::api::{Region, SecretKeyRef};
 
@@ -261,6 +262,8 @@ struct CachedClient {
     reference: SecretKeyRef,
     version: Option<String>,
     client: Client,
+    /// The region's ConfigMap watches, through this client: rebuilt with it.
+    watches: Arc<RegionWatches>,
 }
 
 /// A cache of region clients keyed by region name, rebuilt when the Secret's
@@ -270,23 +273,55 @@ struct CachedClient {
 /// reading each Secret at each use cost one hub request per region per reconcile, the
 /// largest share of the hub's requests at scale (`make scale-bench`). Until the watch
 /// has seen a Secret (and without a watch) it is read, as before.
+///
+/// Beside each client it keeps the region's ConfigMap watches and the objects last read or
+/// written there ([`object_cache`]), so that observing a region needs no read of what has
+/// not changed.
 pub struct RegionClients {
     hub: Client,
+    /// The watches of regions reached through the hub's own client.
+    hub_watches: Arc<RegionWatches>,
     policy: CredentialPolicy,
     cache: Mutex<HashMap<String, CachedClient>>,
     secret_versions: OnceLock<SecretVersions>,
+    kept: KeptObjects,
 }
 
 impl RegionClients {
     /// Clients for regions whose Secrets live in the cluster `hub` reaches, in
-    /// `policy.controller_namespace`.
-    pub fn new(hub: Client, policy: CredentialPolicy) -> Self {
+    /// `policy.controller_namespace`. `watch_hub` reaches the same cluster with a read
+    /// timeout a quiet watch outlives, for regions that are the hub itself.
+    pub fn new(hub: Client, watch_hub: Client, policy: CredentialPolicy) -> Self {
         Self {
             hub,
+            hub_watches: Arc::new(RegionWatches::new("hub", watch_hub)),
             policy,
             cache: Mutex::new(HashMap::new()),
             secret_versions: OnceLock::new(),
+            kept: KeptObjects::default(),
         }
+    }
+
+    /// What reads of `namespace` in `region` may take from memory: call after
+    /// [`Self::client`] succeeded for it (a region without a cached client has no watch,
+    /// and every read goes to the region).
+    pub fn objects<'a>(&'a self, region: &'a Region, namespace: &'a str) -> RegionObjects<'a> {
+        let name = region.metadata.name.as_deref().unwrap_or_default();
+        let watches = match region.spec.kubeconfig_secret_ref.as_ref() {
+            None => Some(self.hub_watches.clone()),
+            Some(_) => self
+                .cache
+                .lock()
+                .ok()
+                .and_then(|cache| cache.get(name).map(|cached| cached.watches.clone())),
+        };
+        let versions = watches.and_then(|watches| watches.namespace(namespace));
+        RegionObjects::new(&self.kept, name, namespace, versions)
+    }
+
+    /// How many region objects are kept in memory, and their bytes.
+    pub fn kept_size(&self) -> (usize, usize) {
+        self.kept.size()
     }
 
     /// Takes Secrets' resourceVersions from `versions` from now on (set once).
@@ -301,6 +336,7 @@ impl RegionClients {
         if let Ok(mut cache) = self.cache.lock() {
             cache.retain(|name, _| existing.contains(name.as_str()));
         }
+        self.kept.retain(&existing);
     }
 
     /// How many region clients are cached.
@@ -329,10 +365,14 @@ impl RegionClients {
         }
         let secret = self.read_secret(reference).await?;
         let version = secret.metadata.resource_version.clone();
-        let client = match self.cached(&name, reference, version.as_deref()) {
-            Some(client) => client,
-            None => build_client(reference, &secret, &self.policy).await?,
-        };
+        if let Some(client) = self.cached(&name, reference, version.as_deref()) {
+            return Ok(client);
+        }
+        let (client, watch_client) = build_client(reference, &secret, &self.policy).await?;
+        let watches = Arc::new(RegionWatches::new(&name, watch_client));
+        // Another kubeconfig may reach another cluster: nothing kept of the old one is
+        // an answer there.
+        self.kept.forget_region(&name);
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(
                 name,
@@ -340,6 +380,7 @@ impl RegionClients {
                     reference: reference.clone(),
                     version,
                     client: client.clone(),
+                    watches,
                 },
             );
         }
@@ -384,11 +425,12 @@ impl RegionClients {
     }
 }
 
+/// A region's client for calls and one for watches (quiet for minutes by design).
 async fn build_client(
     reference: &SecretKeyRef,
     secret: &Secret,
     policy: &CredentialPolicy,
-) -> Result<Client, ClientError> {
+) -> Result<(Client, Client), ClientError> {
     let bad = |problem: KubeconfigProblem| ClientError::BadKubeconfig {
         namespace: reference.namespace.clone(),
         name: reference.name.clone(),
@@ -411,7 +453,11 @@ async fn build_client(
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(CALL_TIMEOUT);
     config.write_timeout = Some(CALL_TIMEOUT);
-    Client::try_from(config).map_err(|error| bad(client_problem(&error)))
+    let mut watch_config = config.clone();
+    watch_config.read_timeout = Some(object_cache::WATCH_READ_TIMEOUT);
+    let calls = Client::try_from(config).map_err(|error| bad(client_problem(&error)))?;
+    let watches = Client::try_from(watch_config).map_err(|error| bad(client_problem(&error)))?;
+    Ok((calls, watches))
 }
 
 /// Bounds, parses and checks a kubeconfig against `policy`.
@@ -535,13 +581,14 @@ mod tests {
                 reference: secret_ref(region),
                 version: Some(version.to_owned()),
                 client: unreachable_client(),
+                watches: Arc::new(RegionWatches::new(region, unreachable_client())),
             },
         );
     }
 
     #[tokio::test]
     async fn clients_of_deleted_regions_are_forgotten() {
-        let clients = RegionClients::new(unreachable_client(), policy(false));
+        let clients = RegionClients::new(unreachable_client(), unreachable_client(), policy(false));
         for name in ["eu-1", "us-1"] {
             cache_client(&clients, name, "1");
         }
@@ -565,7 +612,7 @@ mod tests {
 
         // The hub is unreachable: any read of the Secret fails, so a client returned
         // proves no read was made.
-        let clients = RegionClients::new(unreachable_client(), policy(false));
+        let clients = RegionClients::new(unreachable_client(), unreachable_client(), policy(false));
         let region = Region::new(
             "eu-1",
             RegionSpec {
@@ -891,7 +938,7 @@ current-context: eu-west-1
     }
 
     /// The error of a result whose client (which has no `Debug`) was not expected.
-    fn refusal(result: Result<Client, ClientError>) -> ClientError {
+    fn refusal<T>(result: Result<T, ClientError>) -> ClientError {
         match result {
             Ok(_) => panic!("a client was built"),
             Err(error) => error,
@@ -917,7 +964,7 @@ current-context: eu-west-1
 
     #[tokio::test]
     async fn a_secret_in_another_namespace_is_refused_unread() {
-        let clients = RegionClients::new(unreachable_hub(), policy(true));
+        let clients = RegionClients::new(unreachable_hub(), unreachable_hub(), policy(true));
         let error = refusal(clients.client(&region("team-a")).await);
         assert!(
             matches!(error, ClientError::SecretOutsideControllerNamespace { .. }),
@@ -932,7 +979,7 @@ current-context: eu-west-1
 
     #[tokio::test]
     async fn a_secret_in_the_controller_namespace_is_read() {
-        let clients = RegionClients::new(unreachable_hub(), policy(false));
+        let clients = RegionClients::new(unreachable_hub(), unreachable_hub(), policy(false));
         let error = refusal(clients.client(&region(NAMESPACE)).await);
         assert!(
             matches!(error, ClientError::SecretUnreadable { .. }),

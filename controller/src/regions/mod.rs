@@ -4,6 +4,7 @@
 pub mod clients;
 pub mod consumers;
 pub mod materialize;
+pub mod object_cache;
 pub mod overrides;
 pub mod publication;
 pub mod store;

@@ -50,6 +50,8 @@ pub async fn write_override(
         compaction: Compaction::default(),
         // A person retries by hand; nothing counts conflicts here.
         on_conflict: &|| {},
+        // A person's override reads the region as it is.
+        objects: None,
     };
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,

@@ -23,6 +23,7 @@ use super::materialize::{
     self, Compaction, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
     ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
 };
+use super::object_cache::{Known, RegionObjects};
 use crate::api::DriftPolicy;
 use crate::api_call;
 use crate::crdt::{self, Delta, DigestKey, Replica, Stamp};
@@ -59,6 +60,8 @@ pub struct TargetObject<'a> {
     /// read (HTTP 409), whether or not a later attempt succeeds: the controller counts
     /// them.
     pub on_conflict: &'a (dyn Fn() + Send + Sync),
+    /// Where what was read and written is noted, for later reads to take from memory.
+    pub objects: Option<&'a RegionObjects<'a>>,
 }
 
 /// The evidence of one materialisation, read back from the region.
@@ -95,9 +98,10 @@ pub async fn materialize(
     let mut writes = 0;
     let mut first_read = first_read.map(|snapshot| snapshot.0);
     for _ in 0..MAX_ATTEMPTS {
+        // After a conflict the region is read: what memory holds is what was refused.
         let current = match first_read.take() {
             Some(read) => read,
-            None => read_pair(&api, target.name, &companion_name).await?,
+            None => read_pair(&api, target.name, &companion_name, target.objects, Fresh).await?,
         };
         if current.ownership() == Ownership::Unmanaged && !target.adopt {
             return Err(RegionError::UnmanagedTarget {
@@ -129,6 +133,10 @@ pub async fn materialize(
         )?;
         match write_plan(&api, target, &companion_name, current, &plan, &mut writes).await {
             Ok(stored) => {
+                if let Some(objects) = target.objects {
+                    objects.saw(target.name, stored.target.as_ref());
+                    objects.saw(&companion_name, stored.companion.as_ref());
+                }
                 let inspection = inspection_of(key, stored)?;
                 if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
                     return Err(RegionError::ReadBackMismatch);
@@ -202,16 +210,17 @@ pub enum Ownership {
 }
 
 /// Reads the region's replica for the target `namespace/name`: the evidence of what it
-/// holds. Writes nothing.
+/// holds. Writes nothing. What `objects` knows to be current is not read again.
 pub async fn inspect(
     client: &Client,
     key: &DigestKey,
     namespace: &str,
     name: &str,
+    objects: Option<&RegionObjects<'_>>,
 ) -> Result<Inspection, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
-    let current = read_pair(&api, name, &companion_name).await?;
+    let current = read_pair(&api, name, &companion_name, objects, FromMemory).await?;
     inspection_of(key, current)
 }
 
@@ -261,14 +270,48 @@ impl Pair {
     }
 }
 
+/// Whether a read may be answered from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadFrom {
+    /// What `objects` knows to be current answers without a request.
+    FromMemory,
+    /// The region answers.
+    Fresh,
+}
+use ReadFrom::{Fresh, FromMemory};
+
 async fn read_pair(
     api: &Api<ConfigMap>,
     target: &str,
     companion: &str,
+    objects: Option<&RegionObjects<'_>>,
+    from: ReadFrom,
 ) -> Result<Pair, RegionError> {
-    let target = call("read target", api.get_opt(target)).await?;
-    let companion = call("read companion", api.get_opt(companion)).await?;
+    let target = read_one(api, "read target", target, objects, from).await?;
+    let companion = read_one(api, "read companion", companion, objects, from).await?;
     Ok(Pair::of(target, companion))
+}
+
+async fn read_one(
+    api: &Api<ConfigMap>,
+    operation: &'static str,
+    name: &str,
+    objects: Option<&RegionObjects<'_>>,
+    from: ReadFrom,
+) -> Result<Option<ConfigMap>, RegionError> {
+    if from == FromMemory
+        && let Some(known) = objects.and_then(|objects| objects.current(name))
+    {
+        return Ok(match known {
+            Known::Absent => None,
+            Known::Present(object) => Some(*object),
+        });
+    }
+    let read = call(operation, api.get_opt(name)).await?;
+    if let Some(objects) = objects {
+        objects.saw(name, read.as_ref());
+    }
+    Ok(read)
 }
 
 impl Pair {

@@ -1,0 +1,661 @@
+//! A region's target and companion ConfigMaps served from memory while a watch shows they
+//! are still what the region holds.
+//!
+//! Every reconcile observes every region its stages select, and a revision takes several
+//! reconciles: reading the target and its companion each time was most of the region
+//! requests at scale (about 9 of 11 per region per revision at 1,000 rollouts, `make
+//! scale-bench`). A metadata-only watch per region and target namespace keeps the uid and
+//! resourceVersion of each ConfigMap there ([`NamespaceVersions`]); the objects last read or
+//! written are kept beside it ([`KeptObjects`]) and answer a read while the watch names
+//! the same uid and resourceVersion. A write's answer is such an object, so a region that
+//! was just published is observed without a read.
+//!
+//! The watch only ever saves reads. While it has not listed yet, or has failed since its
+//! last event, or names another version than the kept object, the region is read. Writes
+//! stay conditional on the resourceVersion they were planned from, so a kept object that
+//! is stale (the watch lags behind a write by someone else) costs a conflict and a fresh
+//! read, never a lost write. Values are held only in the kept objects, bounded in bytes.
+//!
+//! A region that stops answering ends its watch's connection, so the next read goes to the
+//! region and fails there, as before. A silent partition is noticed within
+//! [`WATCH_READ_TIMEOUT`]: the apiserver ends each watch after [`WATCH_TIMEOUT_SECS`], so a
+//! watch quiet for longer is dead.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+
+/// Most bytes of kept objects over all regions. Past it the least
+/// recently used are dropped and read again when needed: typical targets are a few KiB,
+/// so thousands of rollouts over ten regions fit, while targets near the ConfigMap limit
+/// cannot grow the process without bound.
+pub const MAX_KEPT_BYTES: usize = 32 * 1024 * 1024;
+/// How long the apiserver keeps one region watch open before it ends it (and it is
+/// started again from where it was).
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+/// How long a region watch may go without a byte before it counts as dead.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(75);
+/// What each kept object costs besides its JSON: the map entry, its key and version.
+const ENTRY_OVERHEAD_BYTES: usize = 256;
+
+/// Which version of an object: the uid tells a ConfigMap deleted and created again (or
+/// another cluster behind a changed kubeconfig) from the one kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ObjectVersion {
+    uid: String,
+    resource_version: String,
+}
+
+impl ObjectVersion {
+    fn of(metadata: &ObjectMeta) -> Option<Self> {
+        Some(Self {
+            uid: metadata.uid.clone()?,
+            resource_version: metadata.resource_version.clone()?,
+        })
+    }
+}
+
+/// What is known of one object without asking the region.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Known {
+    /// The watch has no object of that name.
+    Absent,
+    /// The object as kept, at the version the watch names.
+    Present(Box<ConfigMap>),
+}
+
+/// The uid and resourceVersion of every ConfigMap of one namespace of one region, as its
+/// watch last told them.
+#[derive(Debug, Default)]
+pub struct NamespaceVersions {
+    versions: Mutex<HashMap<String, ObjectVersion>>,
+    /// Listed at least once, and no error since the last event.
+    current: AtomicBool,
+}
+
+impl NamespaceVersions {
+    /// The version of `name` the watch names, when the watch is current: `Some(None)` for
+    /// an object it does not have.
+    fn version(&self, name: &str) -> Option<Option<ObjectVersion>> {
+        if !self.is_current() {
+            return None;
+        }
+        Some(lock(&self.versions).get(name).cloned())
+    }
+
+    /// Listed at least once, and no error since the last event.
+    fn is_current(&self) -> bool {
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// Takes one watch event in.
+    fn apply(&self, event: WatchEvent) {
+        match event {
+            WatchEvent::Listed(listed) => {
+                *lock(&self.versions) = listed;
+                self.current.store(true, Ordering::Release);
+            }
+            WatchEvent::Changed { name, version } => {
+                let mut versions = lock(&self.versions);
+                match version {
+                    Some(version) => versions.insert(name, version),
+                    None => versions.remove(&name),
+                };
+                drop(versions);
+                self.current.store(true, Ordering::Release);
+            }
+            WatchEvent::Failed => self.current.store(false, Ordering::Release),
+        }
+    }
+
+    /// Notes what a read or a write answer showed of `name`, so that a watch event still
+    /// on its way does not cost a read of what this process already holds.
+    fn saw(&self, name: &str, version: Option<ObjectVersion>) {
+        let mut versions = lock(&self.versions);
+        match version {
+            Some(version) => versions.insert(name.to_owned(), version),
+            None => versions.remove(name),
+        };
+    }
+}
+
+/// One watch event, reduced to what [`NamespaceVersions`] keeps.
+#[derive(Debug)]
+enum WatchEvent {
+    /// A complete listing.
+    Listed(HashMap<String, ObjectVersion>),
+    /// An object was created, changed (`Some`) or deleted (`None`).
+    Changed {
+        name: String,
+        version: Option<ObjectVersion>,
+    },
+    /// The watch failed; it is retried with backoff.
+    Failed,
+}
+
+/// The watches of one region, by namespace, through one client: built with the region's
+/// client and dropped with it (a changed kubeconfig may reach another cluster).
+pub struct RegionWatches {
+    region: String,
+    client: Client,
+    namespaces: Mutex<HashMap<String, Watch>>,
+}
+
+struct Watch {
+    versions: Arc<NamespaceVersions>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RegionWatches {
+    /// Watches of `region` through `client`, which must allow reads quiet for
+    /// [`WATCH_READ_TIMEOUT`].
+    pub fn new(region: &str, client: Client) -> Self {
+        Self {
+            region: region.to_owned(),
+            client,
+            namespaces: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The versions of `namespace`, its watch started on first use (so only namespaces
+    /// some rollout targets are watched). Outside a Tokio runtime nothing is watched.
+    pub fn namespace(&self, namespace: &str) -> Option<Arc<NamespaceVersions>> {
+        let mut namespaces = lock(&self.namespaces);
+        if let Some(watch) = namespaces.get(namespace) {
+            return Some(watch.versions.clone());
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let versions = Arc::new(NamespaceVersions::default());
+        let api: Api<PartialObjectMeta<ConfigMap>> =
+            Api::namespaced(self.client.clone(), namespace);
+        let task = runtime
+            .spawn(follow(
+                api,
+                self.region.clone(),
+                namespace.to_owned(),
+                versions.clone(),
+            ))
+            .abort_handle();
+        namespaces.insert(
+            namespace.to_owned(),
+            Watch {
+                versions: versions.clone(),
+                task,
+            },
+        );
+        Some(versions)
+    }
+}
+
+/// Keeps `versions` up to date from a metadata-only watch of `api` until aborted.
+async fn follow(
+    api: Api<PartialObjectMeta<ConfigMap>>,
+    region: String,
+    namespace: String,
+    versions: Arc<NamespaceVersions>,
+) {
+    let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let mut listing: Option<HashMap<String, ObjectVersion>> = None;
+    // Said once per outage: a watch the region's RBAC refuses fails on every retry.
+    let mut failing = false;
+    while let Some(event) = events.next().await {
+        if event.is_ok() {
+            failing = false;
+        }
+        let reduced = match event {
+            Ok(Event::Init) => {
+                // Until the listing is complete, a deletion missed meanwhile may hide in
+                // the old versions.
+                versions.apply(WatchEvent::Failed);
+                listing = Some(HashMap::new());
+                continue;
+            }
+            Ok(Event::InitApply(object)) => {
+                if let (Some(listing), Some(version)) =
+                    (listing.as_mut(), ObjectVersion::of(&object.metadata))
+                {
+                    listing.insert(object.name_any(), version);
+                }
+                continue;
+            }
+            Ok(Event::InitDone) => WatchEvent::Listed(listing.take().unwrap_or_default()),
+            Ok(Event::Apply(object)) => WatchEvent::Changed {
+                version: ObjectVersion::of(&object.metadata),
+                name: object.name_any(),
+            },
+            Ok(Event::Delete(object)) => WatchEvent::Changed {
+                name: object.name_any(),
+                version: None,
+            },
+            Err(error) => {
+                if failing {
+                    tracing::debug!(%region, %namespace, %error, "region ConfigMap watch failed again");
+                } else {
+                    tracing::warn!(
+                        %region,
+                        %namespace,
+                        %error,
+                        "region ConfigMap watch failed: targets there are read at each \
+                         reconcile until it recovers (the region's RBAC needs list and watch \
+                         on configmaps, see deploy/region-rbac.yaml)"
+                    );
+                    failing = true;
+                }
+                WatchEvent::Failed
+            }
+        };
+        versions.apply(reduced);
+    }
+}
+
+/// Objects last read or written in regions, by region, namespace and name; bounded by
+/// [`MAX_KEPT_BYTES`].
+#[derive(Default)]
+pub struct KeptObjects {
+    inner: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    entries: HashMap<ObjectKey, KeptEntry>,
+    bytes: usize,
+    uses: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    region: String,
+    namespace: String,
+    name: String,
+}
+
+/// One object kept as the JSON it is sent and received as: about a third of the memory
+/// of the decoded object (whose maps allocate whole B-tree nodes), for a decode per use.
+struct KeptEntry {
+    json: Box<[u8]>,
+    version: ObjectVersion,
+    bytes: usize,
+    last_used: u64,
+}
+
+impl KeptObjects {
+    /// Forgets every object of regions not in `existing`.
+    pub fn retain(&self, existing: &std::collections::HashSet<&str>) {
+        let mut kept = self.lock();
+        let mut freed = 0;
+        kept.entries.retain(|key, entry| {
+            let keep = existing.contains(key.region.as_str());
+            if !keep {
+                freed += entry.bytes;
+            }
+            keep
+        });
+        kept.bytes = kept.bytes.saturating_sub(freed);
+    }
+
+    /// Forgets every object of `region` (its client was rebuilt).
+    pub fn forget_region(&self, region: &str) {
+        let mut kept = self.lock();
+        let mut freed = 0;
+        kept.entries.retain(|key, entry| {
+            let keep = key.region != region;
+            if !keep {
+                freed += entry.bytes;
+            }
+            keep
+        });
+        kept.bytes = kept.bytes.saturating_sub(freed);
+    }
+
+    /// How many objects are kept, and their bytes.
+    pub fn size(&self) -> (usize, usize) {
+        let kept = self.lock();
+        (kept.entries.len(), kept.bytes)
+    }
+
+    fn get(&self, key: &ObjectKey, version: &ObjectVersion) -> Option<ConfigMap> {
+        let mut kept = self.lock();
+        kept.uses = kept.uses.wrapping_add(1);
+        let uses = kept.uses;
+        let entry = kept.entries.get_mut(key)?;
+        if entry.version != *version {
+            return None;
+        }
+        entry.last_used = uses;
+        serde_json::from_slice(&entry.json).ok()
+    }
+
+    fn insert(&self, key: ObjectKey, object: &ConfigMap) {
+        let Some(version) = ObjectVersion::of(&object.metadata) else {
+            return;
+        };
+        let mut object = object.clone();
+        // Kept only to be read and written back whole: the apiserver keeps managedFields
+        // of an update that leaves them out.
+        object.metadata.managed_fields = None;
+        let Ok(json) = serde_json::to_vec(&object) else {
+            return;
+        };
+        let bytes = ENTRY_OVERHEAD_BYTES + json.len() + key.name.len();
+        let mut kept = self.lock();
+        kept.uses = kept.uses.wrapping_add(1);
+        let last_used = kept.uses;
+        let entry = KeptEntry {
+            json: json.into_boxed_slice(),
+            version,
+            bytes,
+            last_used,
+        };
+        if let Some(replaced) = kept.entries.insert(key, entry) {
+            kept.bytes = kept.bytes.saturating_sub(replaced.bytes);
+        }
+        kept.bytes = kept.bytes.saturating_add(bytes);
+        while kept.bytes > MAX_KEPT_BYTES {
+            let Some(oldest) = kept
+                .entries
+                .iter()
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            kept.remove(&oldest);
+        }
+    }
+
+    fn remove(&self, key: &ObjectKey) {
+        self.lock().remove(key);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Kept> {
+        lock(&self.inner)
+    }
+}
+
+impl Kept {
+    fn remove(&mut self, key: &ObjectKey) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.bytes = self.bytes.saturating_sub(entry.bytes);
+        }
+    }
+}
+
+/// One namespace of one region: what reads there may take from memory, and where what
+/// was read or written is noted.
+pub struct RegionObjects<'a> {
+    kept: &'a KeptObjects,
+    region: &'a str,
+    namespace: &'a str,
+    versions: Option<Arc<NamespaceVersions>>,
+}
+
+impl<'a> RegionObjects<'a> {
+    /// Objects of `namespace` in `region`, current while `versions` (the namespace's
+    /// watch, if any) says so.
+    pub fn new(
+        kept: &'a KeptObjects,
+        region: &'a str,
+        namespace: &'a str,
+        versions: Option<Arc<NamespaceVersions>>,
+    ) -> Self {
+        Self {
+            kept,
+            region,
+            namespace,
+            versions,
+        }
+    }
+
+    /// The object `name` as the region holds it now, when that is known without a read.
+    pub fn current(&self, name: &str) -> Option<Known> {
+        let version = self.versions.as_ref()?.version(name)?;
+        match version {
+            None => Some(Known::Absent),
+            Some(version) => self
+                .kept
+                .get(&self.key(name), &version)
+                .map(|object| Known::Present(Box::new(object))),
+        }
+    }
+
+    /// Notes what a read or a write answer showed of `name` (`None`: it does not exist).
+    /// Nothing is kept while the watch is not current (it may never be, where the
+    /// region's RBAC refuses it): memory holds only what can answer a read.
+    pub fn saw(&self, name: &str, object: Option<&ConfigMap>) {
+        let key = self.key(name);
+        let Some(versions) = self
+            .versions
+            .as_ref()
+            .filter(|versions| versions.is_current())
+        else {
+            self.kept.remove(&key);
+            return;
+        };
+        match object {
+            Some(object) => self.kept.insert(key, object),
+            None => self.kept.remove(&key),
+        }
+        versions.saw(
+            name,
+            object.and_then(|object| ObjectVersion::of(&object.metadata)),
+        );
+    }
+
+    fn key(&self, name: &str) -> ObjectKey {
+        ObjectKey {
+            region: self.region.to_owned(),
+            namespace: self.namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere poisoned it; every entry is still a valid observation.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_map(name: &str, uid: &str, version: &str, value: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("app".to_owned()),
+                uid: Some(uid.to_owned()),
+                resource_version: Some(version.to_owned()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("rate".to_owned(), value.to_owned())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn version(uid: &str, resource_version: &str) -> ObjectVersion {
+        ObjectVersion {
+            uid: uid.to_owned(),
+            resource_version: resource_version.to_owned(),
+        }
+    }
+
+    fn listed(entries: &[(&str, &str, &str)]) -> WatchEvent {
+        WatchEvent::Listed(
+            entries
+                .iter()
+                .map(|(name, uid, rv)| ((*name).to_owned(), version(uid, rv)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn nothing_is_known_before_the_watch_has_listed() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+        objects.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
+        assert_eq!(objects.current("limits"), None);
+        assert_eq!(objects.current("other"), None);
+        // Nor is anything kept meanwhile: it may never list (RBAC without list/watch).
+        assert_eq!(kept.size(), (0, 0));
+        versions.apply(listed(&[("limits", "u1", "5")]));
+        assert_eq!(objects.current("limits"), None);
+        objects.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
+        assert_eq!(
+            objects.current("limits"),
+            Some(Known::Present(Box::new(config_map(
+                "limits", "u1", "5", "10"
+            ))))
+        );
+        assert_eq!(objects.current("other"), Some(Known::Absent));
+        // Without a watch at all, every read goes to the region.
+        let unwatched = RegionObjects::new(&kept, "region-1", "app", None);
+        assert_eq!(unwatched.current("limits"), None);
+    }
+
+    #[test]
+    fn a_kept_object_answers_only_at_the_version_the_watch_names() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        versions.apply(listed(&[("limits", "u1", "5")]));
+        let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+        // Never read: the region is asked.
+        assert_eq!(objects.current("limits"), None);
+        objects.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
+        assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
+        // Someone else wrote it: the kept copy is no longer an answer.
+        versions.apply(WatchEvent::Changed {
+            name: "limits".to_owned(),
+            version: Some(version("u1", "6")),
+        });
+        assert_eq!(objects.current("limits"), None);
+        // Deleted and created again at a version equal to the kept one: another object.
+        versions.apply(WatchEvent::Changed {
+            name: "limits".to_owned(),
+            version: Some(version("u2", "5")),
+        });
+        assert_eq!(objects.current("limits"), None);
+        versions.apply(WatchEvent::Changed {
+            name: "limits".to_owned(),
+            version: None,
+        });
+        assert_eq!(objects.current("limits"), Some(Known::Absent));
+    }
+
+    #[test]
+    fn a_failed_watch_sends_reads_to_the_region_until_it_hears_again() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        versions.apply(listed(&[("limits", "u1", "5")]));
+        let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+        objects.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
+        versions.apply(WatchEvent::Failed);
+        assert_eq!(objects.current("limits"), None);
+        assert_eq!(objects.current("other"), None);
+        versions.apply(WatchEvent::Changed {
+            name: "other".to_owned(),
+            version: Some(version("u9", "7")),
+        });
+        assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
+    }
+
+    #[test]
+    fn a_write_answer_is_known_before_its_watch_event_arrives() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        versions.apply(listed(&[]));
+        let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+        assert_eq!(objects.current("limits"), Some(Known::Absent));
+        let created = config_map("limits", "u1", "8", "10");
+        objects.saw("limits", Some(&created));
+        assert_eq!(
+            objects.current("limits"),
+            Some(Known::Present(Box::new(created)))
+        );
+        // The watch's own event for that write changes nothing.
+        versions.apply(WatchEvent::Changed {
+            name: "limits".to_owned(),
+            version: Some(version("u1", "8")),
+        });
+        assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
+        // An older event arriving late costs a read, never a wrong answer.
+        versions.apply(WatchEvent::Changed {
+            name: "limits".to_owned(),
+            version: Some(version("u1", "7")),
+        });
+        assert_eq!(objects.current("limits"), None);
+    }
+
+    #[test]
+    fn regions_and_namespaces_are_kept_apart() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        versions.apply(listed(&[("limits", "u1", "5")]));
+        let one = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+        let two = RegionObjects::new(&kept, "region-2", "app", Some(versions.clone()));
+        let other_namespace = RegionObjects::new(&kept, "region-1", "web", Some(versions));
+        one.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
+        assert!(matches!(one.current("limits"), Some(Known::Present(_))));
+        assert_eq!(two.current("limits"), None);
+        assert_eq!(other_namespace.current("limits"), None);
+        kept.forget_region("region-1");
+        assert_eq!(one.current("limits"), None);
+        assert_eq!(kept.size(), (0, 0));
+    }
+
+    #[test]
+    fn kept_objects_stay_within_their_byte_bound() {
+        let kept = KeptObjects::default();
+        let big = "x".repeat(MAX_KEPT_BYTES / 4);
+        let key = |name: &str| ObjectKey {
+            region: "region-1".to_owned(),
+            namespace: "app".to_owned(),
+            name: name.to_owned(),
+        };
+        for (index, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            kept.insert(key(name), &config_map(name, name, "1", &big));
+            if index == 2 {
+                // "a" used again: "b" goes first.
+                assert!(kept.get(&key("a"), &version("a", "1")).is_some());
+            }
+        }
+        assert!(kept.size().1 <= MAX_KEPT_BYTES);
+        assert!(kept.get(&key("b"), &version("b", "1")).is_none());
+        assert!(kept.get(&key("a"), &version("a", "1")).is_some());
+        assert!(kept.get(&key("d"), &version("d", "1")).is_some());
+    }
+
+    #[test]
+    fn kept_objects_carry_no_managed_fields() {
+        let kept = KeptObjects::default();
+        let versions = Arc::new(NamespaceVersions::default());
+        versions.apply(listed(&[("limits", "u1", "5")]));
+        let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions));
+        let mut object = config_map("limits", "u1", "5", "10");
+        object.metadata.managed_fields = Some(vec![Default::default()]);
+        objects.saw("limits", Some(&object));
+        let Some(Known::Present(found)) = objects.current("limits") else {
+            panic!("kept object not found");
+        };
+        assert_eq!(found.metadata.managed_fields, None);
+    }
+}
