@@ -90,3 +90,13 @@ pub struct SampleTally {
     /// The backend could not answer.
     pub errors: u32,
 }
+
+impl SampleTally {
+    /// Counts `other`'s samples too.
+    pub fn add(&mut self, other: &SampleTally) {
+        self.successful = self.successful.saturating_add(other.successful);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.inconclusive = self.inconclusive.saturating_add(other.inconclusive);
+        self.errors = self.errors.saturating_add(other.errors);
+    }
+}

@@ -56,7 +56,7 @@ pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,
 };
-pub use settle::{ActOutcome, FailedRegion, settle};
+pub use settle::{ActOutcome, FailedRegion, observe_again, settle};
 pub use tenancy::Grant;
 pub use validate::{SpecError, validate};
 

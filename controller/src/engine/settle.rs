@@ -2,6 +2,7 @@
 //! only acting can find out (a merge a region refused) comes back here before the status
 //! is written: the status stays the engine's alone.
 
+use super::Action;
 use crate::api::ConfigRolloutStatus;
 
 /// What carrying out a decision's actions found.
@@ -32,6 +33,24 @@ pub fn settle(mut status: ConfigRolloutStatus, outcome: &ActOutcome) -> ConfigRo
         }
     }
     status
+}
+
+/// Whether the reconcile that carried out `actions` should observe the regions again and
+/// decide once more before writing the status: it changed what regions hold (a publish or
+/// a rollback, all accepted) and the status moved, so a fresh observation may let the
+/// rollout go further now (a stage whose regions all hold the revision passes, the next
+/// one opens) instead of one watch round-trip and one status write later. Progress stays
+/// the engine's: each round is a plain decision on what the regions were seen to hold.
+pub fn observe_again(
+    actions: &[Action],
+    outcome: &ActOutcome,
+    before: &ConfigRolloutStatus,
+    after: &ConfigRolloutStatus,
+) -> bool {
+    let changed_regions = actions
+        .iter()
+        .any(|action| matches!(action, Action::Publish { .. } | Action::Rollback { .. }));
+    changed_regions && outcome.failed_regions.is_empty() && before != after
 }
 
 #[cfg(test)]
@@ -74,6 +93,52 @@ mod tests {
             .iter()
             .filter(|action| matches!(action, Action::Publish { .. }))
             .count()
+    }
+
+    #[test]
+    fn a_reconcile_observes_again_only_after_accepted_region_changes_that_moved_it() {
+        let spec = spec();
+        let first = decide(
+            &spec,
+            ConfigRolloutStatus::default(),
+            &observations(),
+            Utc::now(),
+        );
+        assert_eq!(publishes(&first.actions), 1);
+        let accepted = ActOutcome::default();
+        let before = ConfigRolloutStatus::default();
+        assert!(observe_again(
+            &first.actions,
+            &accepted,
+            &before,
+            &first.status
+        ));
+        // A refused merge: the region is retried on the next reconcile, with backoff.
+        let refused = ActOutcome {
+            failed_regions: vec![FailedRegion {
+                region: "region-1".into(),
+                error: "write target: connection refused".into(),
+            }],
+        };
+        assert!(!observe_again(
+            &first.actions,
+            &refused,
+            &before,
+            &first.status
+        ));
+        // Nothing written in a region, or a status that did not move: nothing new to see.
+        let waiting = [Action::Event {
+            type_: crate::engine::EventType::Normal,
+            reason: "Paused".into(),
+            message: "paused".into(),
+        }];
+        assert!(!observe_again(&waiting, &accepted, &before, &first.status));
+        assert!(!observe_again(
+            &first.actions,
+            &accepted,
+            &first.status,
+            &first.status
+        ));
     }
 
     #[test]

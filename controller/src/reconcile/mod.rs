@@ -47,6 +47,9 @@ pub const IDLE_REQUEUE: Duration = Duration::from_secs(60);
 const STALE_READ_REQUEUE: Duration = Duration::from_secs(1);
 /// The shortest wait between two reconciles of one rollout.
 const MIN_REQUEUE: Duration = Duration::from_millis(200);
+/// Most rounds of observe -> decide -> act in one reconcile: enough for a few stages
+/// without a wait, while one reconcile still holds its slot briefly.
+const MAX_ROUNDS: u32 = 4;
 
 /// Reconciles running at once (of different rollouts; one rollout is never reconciled
 /// twice at once). Each holds its own hub and region requests, and every request in
@@ -213,46 +216,68 @@ async fn run_steps(
         .await
         .map_err(ReconcileError::Fetch)?;
     let validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
-    let (observations, mut region_reads) =
-        observe::observe(ctx, rollout, &fetched, &validated, now)
-            .await
-            .map_err(ReconcileError::Observe)?;
-
-    let previous = rollout.status.clone().unwrap_or_default();
-    let decision = engine::decide(&rollout.spec, previous, &observations, now);
-    record.samples_judged = decision.samples_judged;
-    // A region's whole replica is held only for the merges that plan from it.
-    region_reads.retain(|region, _| {
-        decision.actions.iter().any(|action| match action {
-            engine::Action::Publish { region: to, .. }
-            | engine::Action::Rollback { region: to, .. } => to == region,
-            _ => false,
-        })
-    });
-
     let mut report = act::ActReport::default();
-    let acted = act::act(
-        ctx,
-        ActInput {
-            rollout,
-            writer: &validated.writer,
-            desired: &validated.desired,
-            revisions: &mut fetched.revisions,
-            regions: &fetched.regions,
-            grant: &fetched.grant,
-            first_reads: std::sync::Mutex::new(region_reads),
-        },
-        &decision.actions,
-        &mut report,
-    )
-    .await;
-    // Counted before an error is returned: the writes made before it happened.
-    record.region_writes = report.region_writes;
-    record.region_write_conflicts = report.region_conflicts;
-    record.region_write_failures = report.region_failures();
-    acted.map_err(ReconcileError::Act)?;
+    // Rounds of observe -> decide -> act -> settle, while a round changed what regions
+    // hold and moved the rollout (`engine::observe_again`): the next round sees the
+    // regions' answers to those writes (from memory, see regions::object_cache), so
+    // stages without a wait pass in one reconcile and one status write.
+    let mut observed = std::borrow::Cow::Borrowed(rollout);
+    let mut now = now;
+    let mut round = 1;
+    let (observations, status, requeue_after) = loop {
+        let (observations, mut region_reads) =
+            observe::observe(ctx, &observed, &fetched, &validated, now)
+                .await
+                .map_err(ReconcileError::Observe)?;
+        let previous = observed.status.clone().unwrap_or_default();
+        let decision = engine::decide(&rollout.spec, previous.clone(), &observations, now);
+        record.samples_judged.add(&decision.samples_judged);
+        // A region's whole replica is held only for the merges that plan from it.
+        region_reads.retain(|region, _| {
+            decision.actions.iter().any(|action| match action {
+                engine::Action::Publish { region: to, .. }
+                | engine::Action::Rollback { region: to, .. } => to == region,
+                _ => false,
+            })
+        });
 
-    let mut status = engine::settle(decision.status, &report.outcome);
+        let mut round_report = act::ActReport::default();
+        let acted = act::act(
+            ctx,
+            ActInput {
+                rollout,
+                writer: &validated.writer,
+                desired: &validated.desired,
+                revisions: &mut fetched.revisions,
+                regions: &fetched.regions,
+                grant: &fetched.grant,
+                first_reads: std::sync::Mutex::new(region_reads),
+            },
+            &decision.actions,
+            &mut round_report,
+        )
+        .await;
+        report.add(&round_report);
+        // Counted before an error is returned: the writes made before it happened.
+        record.region_writes = report.region_writes;
+        record.region_write_conflicts = report.region_conflicts;
+        record.region_write_failures = report.region_failures();
+        acted.map_err(ReconcileError::Act)?;
+
+        let status = engine::settle(decision.status, &round_report.outcome);
+        let again = round < MAX_ROUNDS
+            && engine::observe_again(&decision.actions, &round_report.outcome, &previous, &status);
+        if !again {
+            break (observations, status, decision.requeue_after);
+        }
+        let mut next = rollout.clone();
+        next.status = Some(status);
+        observed = std::borrow::Cow::Owned(next);
+        now = Utc::now();
+        round += 1;
+    };
+
+    let mut status = status;
     collect::collect(ctx, rollout, &observations, &mut status).await;
     let written = status_writer::write_status(ctx, rollout, &status, record)
         .await
@@ -271,7 +296,7 @@ async fn run_steps(
         ctx.backoff.failed(&key, ERROR_REQUEUE)
     } else {
         ctx.backoff.succeeded(&key);
-        decision.requeue_after.unwrap_or(IDLE_REQUEUE)
+        requeue_after.unwrap_or(IDLE_REQUEUE)
     };
     Ok(Action::requeue(requeue.max(MIN_REQUEUE)))
 }
