@@ -210,18 +210,24 @@ impl RevisionStore {
         };
         // A ControllerRevision's data is immutable: one left by a declaration the status
         // never recorded (a crash, or a status write refused as stale) is deleted, exactly
-        // that object, and the revision created again with its new stamp.
-        if let Some(existing) = api_call("read revision", self.api.get_opt(&name)).await? {
-            let delete = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: existing.metadata.resource_version,
-                    uid: existing.metadata.uid,
-                }),
-                ..DeleteParams::default()
-            };
-            api_call("delete stale revision", self.api.delete(&name, &delete)).await?;
-        }
-        let created = api_call("create revision", self.api.create(&params, &object)).await?;
+        // that object, and the revision created again with its new stamp. That is rare, so
+        // the create is tried first: a name taken answers 409, and only then is it read.
+        let created = match api_call("create revision", self.api.create(&params, &object)).await {
+            Err(error) if error.is_conflict() => {
+                if let Some(existing) = api_call("read revision", self.api.get_opt(&name)).await? {
+                    let delete = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: existing.metadata.resource_version,
+                            uid: existing.metadata.uid,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    api_call("delete stale revision", self.api.delete(&name, &delete)).await?;
+                }
+                api_call("create revision", self.api.create(&params, &object)).await?
+            }
+            other => other?,
+        };
         if let Some(index) = &self.index {
             let bytes = stored.state.len().saturating_add(stored.previous.len());
             index.decoded.insert(
