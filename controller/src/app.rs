@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
@@ -31,6 +30,7 @@ use crate::leader::{
     LeaderElector, LeaderError, LeaderState, LeaseConfig, MAX_SHARDS, ShardElector, Shards,
     default_identity,
 };
+use crate::reconcile::events::EventPublisher;
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{
     self, Context, HubError, ReconcileError, WriteFence, region_status, revision_store, triggers,
@@ -412,7 +412,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             options.prometheus_url.clone(),
             options.prometheus_limits(),
         )),
-        recorder: Recorder::new(hub.clone(), Reporter::from(CONTROLLER_NAME)),
+        events: EventPublisher::new(hub.clone(), CONTROLLER_NAME),
         fence: WriteFence::sharded(shards.clone(), metrics.clone()),
         backoff: Default::default(),
         metrics: metrics.clone(),

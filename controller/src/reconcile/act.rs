@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use kube::ResourceExt;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 
+use super::events::EventPublisher;
 use super::observe::RegionReads;
 use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
@@ -169,7 +169,7 @@ pub async fn act(
                 message,
             } => {
                 if ctx.fence.permits(rollout, WriteKind::Event) {
-                    publish_event(&ctx.recorder, rollout, *type_, reason, message).await;
+                    publish_event(&ctx.events, rollout, *type_, reason, message).await;
                 }
             }
         }
@@ -317,24 +317,14 @@ fn record(
 }
 
 pub(super) async fn publish_event(
-    recorder: &Recorder,
+    events: &EventPublisher,
     rollout: &ConfigRollout,
     type_: EventType,
     reason: &str,
     message: &str,
 ) {
-    let event = Event {
-        type_: match type_ {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
-        },
-        reason: reason.to_owned(),
-        note: Some(message.to_owned()),
-        action: "Reconcile".to_owned(),
-        secondary: None,
-    };
     let reference = kube::Resource::object_ref(rollout, &());
-    let publish = recorder.publish(&event, &reference);
+    let publish = events.publish(&reference, type_, reason, message);
     if let Err(error) =
         crate::api_call::timed("record event", super::HUB_CALL_TIMEOUT, publish).await
     {

@@ -6,6 +6,7 @@ pub mod act;
 pub mod admission_policies;
 mod collect;
 mod error;
+pub mod events;
 pub mod fence;
 pub mod fetch;
 pub mod hub_cache;
@@ -24,7 +25,6 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 
 use crate::api::ConfigRollout;
 use crate::crdt::{DigestKey, Hlc, Stamp, WriterId};
@@ -83,7 +83,7 @@ pub struct Context {
     /// Where gate samples are taken.
     pub gates: Arc<dyn GateProvider>,
     /// Events on rollouts.
-    pub recorder: Recorder,
+    pub events: events::EventPublisher,
     /// The check every write passes: this replica holds the Lease of the rollout's shard
     /// now.
     pub fence: WriteFence,
@@ -159,7 +159,7 @@ pub async fn reconcile(
 
 /// Tells the rollout's owners why it is blocked: a Warning Event on the rollout and the
 /// `ReconcileFailed` condition in its status, naming the step and the cause (names and
-/// HTTP reasons, never values). The recorder folds repeats into one Event with a count;
+/// HTTP reasons, never values). The publisher folds repeats into one Event with a count;
 /// the condition is written once per cause. A replica that does not lead says nothing.
 async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &ReconcileError) {
     if error.category() == ErrorCategory::NotLeader {
@@ -172,7 +172,7 @@ async fn report_failure(ctx: &Context, rollout: &ConfigRollout, error: &Reconcil
         .collect();
     if ctx.fence.permits(rollout, WriteKind::Event) {
         act::publish_event(
-            &ctx.recorder,
+            &ctx.events,
             rollout,
             engine::EventType::Warning,
             error.event_reason(),
