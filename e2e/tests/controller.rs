@@ -10,10 +10,15 @@ use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
 use configrollout::crdt::Replica;
+use configrollout::reconcile::revision_store::ROLLOUT_LABEL;
 use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 mod support;
@@ -140,6 +145,17 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     for (region, counter) in ["region-1", "region-2", "region-3"].iter().zip(&counters) {
         assert_eq!(counter.writes(), 1, "{region}: target written once");
     }
+    // Each stage's start is its own Event, under its own name: transitions that share a
+    // reason are not folded into a count on the first one.
+    let started = stage_events(world, "limits", "StageStarted").await;
+    for stage in ["canary", "prod"] {
+        assert!(
+            started
+                .iter()
+                .any(|message| message.starts_with(&format!("stage {stage} of r1 started"))),
+            "a StageStarted Event names stage {stage}: {started:?}"
+        );
+    }
 
     // An out-of-band edit in one region is reported by key name, and left alone
     // (driftPolicy Report).
@@ -171,6 +187,21 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
         Some("edited-by-hand"),
         "Report leaves the edit in place"
     );
+}
+
+/// The messages of the Events with `reason` about rollout `name`.
+async fn stage_events(world: &World, name: &str, reason: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(world.hub.clone(), TEAM);
+    within("list events", api.list(&Default::default()))
+        .await
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.reason.as_deref() == Some(reason)
+                && event.involved_object.name.as_deref() == Some(name)
+        })
+        .filter_map(|event| event.message)
+        .collect()
 }
 
 async fn a_new_revision_mid_rollout_supersedes_the_old(world: &World) {
@@ -691,6 +722,61 @@ spec:
         within("read refused", world.rollouts().get_opt("refused"))
             .await
             .is_none()
+    );
+}
+
+/// A ControllerRevision already under the name a declaration needs (left by a
+/// declaration whose status was never written) is replaced, that object exactly: the
+/// create meets 409, the leftover is deleted, the revision stored owned by the rollout,
+/// and the rollout completes.
+async fn a_leftover_revision_object_is_replaced_when_the_revision_is_declared(world: &World) {
+    let revisions: Api<ControllerRevision> = Api::namespaced(world.hub.clone(), TEAM);
+    let leftover = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some("leftover-r1".to_owned()),
+            labels: Some(BTreeMap::from([(
+                ROLLOUT_LABEL.to_owned(),
+                "leftover".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        data: Some(RawExtension(serde_json::json!({
+            "stamp": "1.0@rollout:team/leftover",
+            "state": "",
+            "previous": "",
+        }))),
+        revision: 1,
+    };
+    let left = within(
+        "create a leftover revision",
+        revisions.create(&PostParams::default(), &leftover),
+    )
+    .await;
+    let rollout = world
+        .create_rollout(&rollout_yaml(
+            "leftover",
+            r#"  data: {k: "v"}
+  stages:
+    - {name: only, regions: {names: [region-1]}}
+"#,
+        ))
+        .await;
+    world.wait_condition("leftover", "Complete", PROGRESS).await;
+    let stored = within("read the revision", revisions.get("leftover-r1")).await;
+    assert_ne!(
+        stored.metadata.uid, left.metadata.uid,
+        "the leftover was replaced"
+    );
+    assert!(
+        stored
+            .owner_references()
+            .iter()
+            .any(|owner| Some(&owner.uid) == rollout.metadata.uid.as_ref()),
+        "the stored revision is the rollout's"
+    );
+    assert_eq!(
+        world.target_data("region-1", "leftover").await,
+        Some(data(&[("k", "v")]))
     );
 }
 
@@ -1341,6 +1427,7 @@ async fn controller_on_the_lab() {
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     an_oversized_revision_is_reported_and_touches_no_region(&world).await;
+    a_leftover_revision_object_is_replaced_when_the_revision_is_declared(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
     only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
     let probe_addr = free_local_addr();
