@@ -135,20 +135,6 @@ async fn author_of(world: &World, name: &str) -> Option<String> {
         .cloned()
 }
 
-/// The Events with `reason` about rollout `name`.
-async fn events(world: &World, name: &str, reason: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
-    within("list events", api.list(&Default::default()))
-        .await
-        .items
-        .into_iter()
-        .filter(|event| {
-            event.reason.as_deref() == Some(reason)
-                && event.involved_object.name.as_deref() == Some(name)
-        })
-        .collect()
-}
-
 async fn event(world: &World, name: &str, reason: &str) -> Event {
     eventually(&format!("{name}: Event {reason}"), PROGRESS, || async {
         events(world, name, reason).await.into_iter().next()

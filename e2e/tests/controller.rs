@@ -147,7 +147,11 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     }
     // Each stage's start is its own Event, under its own name: transitions that share a
     // reason are not folded into a count on the first one.
-    let started = stage_events(world, "limits", "StageStarted").await;
+    let started: Vec<String> = events(world, "limits", "StageStarted")
+        .await
+        .into_iter()
+        .filter_map(|event| event.message)
+        .collect();
     for stage in ["canary", "prod"] {
         assert!(
             started
@@ -187,21 +191,6 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
         Some("edited-by-hand"),
         "Report leaves the edit in place"
     );
-}
-
-/// The messages of the Events with `reason` about rollout `name`.
-async fn stage_events(world: &World, name: &str, reason: &str) -> Vec<String> {
-    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(world.hub.clone(), TEAM);
-    within("list events", api.list(&Default::default()))
-        .await
-        .items
-        .into_iter()
-        .filter(|event| {
-            event.reason.as_deref() == Some(reason)
-                && event.involved_object.name.as_deref() == Some(name)
-        })
-        .filter_map(|event| event.message)
-        .collect()
 }
 
 async fn a_new_revision_mid_rollout_supersedes_the_old(world: &World) {

@@ -308,6 +308,20 @@ impl Drop for WriteCounter {
     }
 }
 
+/// The Events with `reason` about rollout `name` in the team namespace.
+pub async fn events(world: &World, name: &str, reason: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
+    within("list events", api.list(&Default::default()))
+        .await
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.reason.as_deref() == Some(reason)
+                && event.involved_object.name.as_deref() == Some(name)
+        })
+        .collect()
+}
+
 /// A loopback address nothing listens on now, for a controller's probe server.
 pub fn free_local_addr() -> String {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
