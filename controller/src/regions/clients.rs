@@ -319,11 +319,6 @@ impl RegionClients {
         RegionObjects::new(&self.kept, name, namespace, versions)
     }
 
-    /// How many region objects are kept in memory, and their bytes.
-    pub fn kept_size(&self) -> (usize, usize) {
-        self.kept.size()
-    }
-
     /// Takes Secrets' resourceVersions from `versions` from now on (set once).
     pub fn follow_secret_versions(&self, versions: SecretVersions) {
         let _ = self.secret_versions.set(versions);

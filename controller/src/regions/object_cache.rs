@@ -297,28 +297,23 @@ struct KeptEntry {
 impl KeptObjects {
     /// Forgets every object of regions not in `existing`.
     pub fn retain(&self, existing: &std::collections::HashSet<&str>) {
-        let mut kept = self.lock();
-        let mut freed = 0;
-        kept.entries.retain(|key, entry| {
-            let keep = existing.contains(key.region.as_str());
-            if !keep {
-                freed += entry.bytes;
-            }
-            keep
-        });
-        kept.bytes = kept.bytes.saturating_sub(freed);
+        self.forget_where(|key| !existing.contains(key.region.as_str()));
     }
 
     /// Forgets every object of `region` (its client was rebuilt).
     pub fn forget_region(&self, region: &str) {
+        self.forget_where(|key| key.region == region);
+    }
+
+    fn forget_where(&self, forget: impl Fn(&ObjectKey) -> bool) {
         let mut kept = self.lock();
         let mut freed = 0;
         kept.entries.retain(|key, entry| {
-            let keep = key.region != region;
-            if !keep {
+            let gone = forget(key);
+            if gone {
                 freed += entry.bytes;
             }
-            keep
+            !gone
         });
         kept.bytes = kept.bytes.saturating_sub(freed);
     }
@@ -498,6 +493,13 @@ mod tests {
         }
     }
 
+    fn changed(name: &str, version: Option<ObjectVersion>) -> WatchEvent {
+        WatchEvent::Changed {
+            name: name.to_owned(),
+            version,
+        }
+    }
+
     fn listed(entries: &[(&str, &str, &str)]) -> WatchEvent {
         WatchEvent::Listed(
             entries
@@ -543,21 +545,12 @@ mod tests {
         objects.saw("limits", Some(&config_map("limits", "u1", "5", "10")));
         assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
         // Someone else wrote it: the kept copy is no longer an answer.
-        versions.apply(WatchEvent::Changed {
-            name: "limits".to_owned(),
-            version: Some(version("u1", "6")),
-        });
+        versions.apply(changed("limits", Some(version("u1", "6"))));
         assert_eq!(objects.current("limits"), None);
         // Deleted and created again at a version equal to the kept one: another object.
-        versions.apply(WatchEvent::Changed {
-            name: "limits".to_owned(),
-            version: Some(version("u2", "5")),
-        });
+        versions.apply(changed("limits", Some(version("u2", "5"))));
         assert_eq!(objects.current("limits"), None);
-        versions.apply(WatchEvent::Changed {
-            name: "limits".to_owned(),
-            version: None,
-        });
+        versions.apply(changed("limits", None));
         assert_eq!(objects.current("limits"), Some(Known::Absent));
     }
 
@@ -571,10 +564,7 @@ mod tests {
         versions.apply(WatchEvent::Failed);
         assert_eq!(objects.current("limits"), None);
         assert_eq!(objects.current("other"), None);
-        versions.apply(WatchEvent::Changed {
-            name: "other".to_owned(),
-            version: Some(version("u9", "7")),
-        });
+        versions.apply(changed("other", Some(version("u9", "7"))));
         assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
     }
 
@@ -592,16 +582,10 @@ mod tests {
             Some(Known::Present(Box::new(created)))
         );
         // The watch's own event for that write changes nothing.
-        versions.apply(WatchEvent::Changed {
-            name: "limits".to_owned(),
-            version: Some(version("u1", "8")),
-        });
+        versions.apply(changed("limits", Some(version("u1", "8"))));
         assert!(matches!(objects.current("limits"), Some(Known::Present(_))));
         // An older event arriving late costs a read, never a wrong answer.
-        versions.apply(WatchEvent::Changed {
-            name: "limits".to_owned(),
-            version: Some(version("u1", "7")),
-        });
+        versions.apply(changed("limits", Some(version("u1", "7"))));
         assert_eq!(objects.current("limits"), None);
     }
 

@@ -101,7 +101,16 @@ pub async fn materialize(
         // After a conflict the region is read: what memory holds is what was refused.
         let current = match first_read.take() {
             Some(read) => read,
-            None => read_pair(&api, target.name, &companion_name, target.objects, Fresh).await?,
+            None => {
+                read_pair(
+                    &api,
+                    target.name,
+                    &companion_name,
+                    target.objects,
+                    ReadFrom::Fresh,
+                )
+                .await?
+            }
         };
         if current.ownership() == Ownership::Unmanaged && !target.adopt {
             return Err(RegionError::UnmanagedTarget {
@@ -220,7 +229,7 @@ pub async fn inspect(
 ) -> Result<Inspection, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
-    let current = read_pair(&api, name, &companion_name, objects, FromMemory).await?;
+    let current = read_pair(&api, name, &companion_name, objects, ReadFrom::FromMemory).await?;
     inspection_of(key, current)
 }
 
@@ -278,7 +287,6 @@ enum ReadFrom {
     /// The region answers.
     Fresh,
 }
-use ReadFrom::{Fresh, FromMemory};
 
 async fn read_pair(
     api: &Api<ConfigMap>,
@@ -299,7 +307,7 @@ async fn read_one(
     objects: Option<&RegionObjects<'_>>,
     from: ReadFrom,
 ) -> Result<Option<ConfigMap>, RegionError> {
-    if from == FromMemory
+    if from == ReadFrom::FromMemory
         && let Some(known) = objects.and_then(|objects| objects.current(name))
     {
         return Ok(match known {
