@@ -223,62 +223,34 @@ async fn run_steps(
     // stages without a wait pass in one reconcile and one status write.
     let mut observed = std::borrow::Cow::Borrowed(rollout);
     let mut now = now;
-    let mut round = 1;
-    let (observations, status, requeue_after) = loop {
-        let (observations, mut region_reads) =
-            observe::observe(ctx, &observed, &fetched, &validated, now)
-                .await
-                .map_err(ReconcileError::Observe)?;
-        let previous = observed.status.clone().unwrap_or_default();
-        let decision = engine::decide(&rollout.spec, previous.clone(), &observations, now);
-        record.samples_judged.add(&decision.samples_judged);
-        // A region's whole replica is held only for the merges that plan from it.
-        region_reads.retain(|region, _| {
-            decision.actions.iter().any(|action| match action {
-                engine::Action::Publish { region: to, .. }
-                | engine::Action::Rollback { region: to, .. } => to == region,
-                _ => false,
-            })
-        });
-
-        let mut round_report = act::ActReport::default();
-        let acted = act::act(
-            ctx,
-            ActInput {
-                rollout,
-                writer: &validated.writer,
-                desired: &validated.desired,
-                revisions: &mut fetched.revisions,
-                regions: &fetched.regions,
-                grant: &fetched.grant,
-                first_reads: std::sync::Mutex::new(region_reads),
-            },
-            &decision.actions,
-            &mut round_report,
-        )
-        .await;
-        report.add(&round_report);
-        // Counted before an error is returned: the writes made before it happened.
-        record.region_writes = report.region_writes;
-        record.region_write_conflicts = report.region_conflicts;
-        record.region_write_failures = report.region_failures();
-        acted.map_err(ReconcileError::Act)?;
-
-        let status = engine::settle(decision.status, &round_report.outcome);
-        let again = round < MAX_ROUNDS
-            && engine::observe_again(&decision.actions, &round_report.outcome, &previous, &status);
+    let mut rounds = 1;
+    let last = loop {
+        let input = RoundInput {
+            rollout,
+            observed: &observed,
+            validated: &validated,
+            now,
+        };
+        let round = one_round(ctx, input, &mut fetched, record, &mut report).await?;
+        let again = rounds < MAX_ROUNDS
+            && engine::observe_again(
+                &round.actions,
+                &round.outcome,
+                &round.previous,
+                &round.status,
+            );
         if !again {
-            break (observations, status, decision.requeue_after);
+            break round;
         }
         let mut next = rollout.clone();
-        next.status = Some(status);
+        next.status = Some(round.status);
         observed = std::borrow::Cow::Owned(next);
         now = Utc::now();
-        round += 1;
+        rounds += 1;
     };
 
-    let mut status = status;
-    collect::collect(ctx, rollout, &observations, &mut status).await;
+    let mut status = last.status;
+    collect::collect(ctx, rollout, &last.observations, &mut status).await;
     let written = status_writer::write_status(ctx, rollout, &status, record)
         .await
         .map_err(ReconcileError::WriteStatus)?;
@@ -296,9 +268,93 @@ async fn run_steps(
         ctx.backoff.failed(&key, ERROR_REQUEUE)
     } else {
         ctx.backoff.succeeded(&key);
-        requeue_after.unwrap_or(IDLE_REQUEUE)
+        last.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
     Ok(Action::requeue(requeue.max(MIN_REQUEUE)))
+}
+
+/// What one round decides from: the rollout as fetched, and as this round sees it (its
+/// status as the previous round left it).
+struct RoundInput<'a> {
+    rollout: &'a ConfigRollout,
+    observed: &'a ConfigRollout,
+    validated: &'a Validated,
+    now: chrono::DateTime<Utc>,
+}
+
+/// What one round observed, decided and found acting.
+struct Round {
+    observations: engine::Observations,
+    /// The status the round decided from.
+    previous: crate::api::ConfigRolloutStatus,
+    actions: Vec<engine::Action>,
+    outcome: engine::ActOutcome,
+    /// The status after acting (settled).
+    status: crate::api::ConfigRolloutStatus,
+    requeue_after: Option<Duration>,
+}
+
+/// One round: observe (regions) -> decide (engine, pure) -> act (regions, hub) -> settle
+/// (engine, pure). Writes made are added to `report` and `record` before an error.
+async fn one_round(
+    ctx: &Context,
+    input: RoundInput<'_>,
+    fetched: &mut Fetched,
+    record: &mut ReconcileRecord,
+    report: &mut act::ActReport,
+) -> Result<Round, ReconcileError> {
+    let RoundInput {
+        rollout,
+        observed,
+        validated,
+        now,
+    } = input;
+    let (observations, mut region_reads) = observe::observe(ctx, observed, fetched, validated, now)
+        .await
+        .map_err(ReconcileError::Observe)?;
+    let previous = observed.status.clone().unwrap_or_default();
+    let decision = engine::decide(&rollout.spec, previous.clone(), &observations, now);
+    record.samples_judged.add(&decision.samples_judged);
+    // A region's whole replica is held only for the merges that plan from it.
+    region_reads.retain(|region, _| {
+        decision.actions.iter().any(|action| match action {
+            engine::Action::Publish { region: to, .. }
+            | engine::Action::Rollback { region: to, .. } => to == region,
+            _ => false,
+        })
+    });
+
+    let mut round_report = act::ActReport::default();
+    let acted = act::act(
+        ctx,
+        ActInput {
+            rollout,
+            writer: &validated.writer,
+            desired: &validated.desired,
+            revisions: &mut fetched.revisions,
+            regions: &fetched.regions,
+            grant: &fetched.grant,
+            first_reads: std::sync::Mutex::new(region_reads),
+        },
+        &decision.actions,
+        &mut round_report,
+    )
+    .await;
+    report.add(&round_report);
+    // Counted before an error is returned: the writes made before it happened.
+    record.region_writes = report.region_writes;
+    record.region_write_conflicts = report.region_conflicts;
+    record.region_write_failures = report.region_failures();
+    acted.map_err(ReconcileError::Act)?;
+
+    Ok(Round {
+        observations,
+        previous,
+        actions: decision.actions,
+        status: engine::settle(decision.status, &round_report.outcome),
+        outcome: round_report.outcome,
+        requeue_after: decision.requeue_after,
+    })
 }
 
 /// The key a rollout's retry backoff is counted under.
