@@ -17,6 +17,9 @@
 //! - the largest rollout object and status (JSON bytes, as the watch delivered them).
 //!
 //! `make scale-bench SCALE_BENCH_ARGS="--rollouts 1000 --regions 3"` (release build).
+//! `--profile-hub-secs S` also takes a CPU profile of the hub's apiserver (and its etcd,
+//! one process) for the first S seconds of the second revision, written to
+//! `target/scale-bench-hub-r2.pprof` (read it with `go tool pprof -top`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -58,9 +61,10 @@ fn main() -> std::process::ExitCode {
             arg("--rollouts", 100)?,
             arg("--regions", 3)?,
             arg("--timeout-secs", 1800)?,
+            arg("--profile-hub-secs", 0)?,
         ))
     })();
-    let (rollouts, regions, timeout) = match parsed {
+    let (rollouts, regions, timeout, profile_secs) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => {
             eprintln!("scale-bench: {error}");
@@ -82,6 +86,7 @@ fn main() -> std::process::ExitCode {
         rollouts,
         regions,
         Duration::from_secs(timeout as u64),
+        profile_secs,
     )) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -128,9 +133,20 @@ struct Phase {
     largest_status: usize,
 }
 
-async fn bench(n: usize, region_count: usize, timeout: Duration) -> BenchResult<()> {
+async fn bench(
+    n: usize,
+    region_count: usize,
+    timeout: Duration,
+    profile_secs: usize,
+) -> BenchResult<()> {
+    let apiserver_args = if profile_secs > 0 {
+        vec!["--profiling=true".to_owned()]
+    } else {
+        Vec::new()
+    };
     let lab = Lab::start(LabOptions {
         regions: region_count,
+        apiserver_args,
         ..LabOptions::default()
     })
     .await
@@ -257,6 +273,9 @@ async fn bench(n: usize, region_count: usize, timeout: Duration) -> BenchResult<
         peak.store(rss_kib(pid).unwrap_or_default(), Ordering::Relaxed);
         let before = snapshot(&clusters, &http, &metrics_url, pid).await?;
         let phase_start = Instant::now();
+        let profile = (revision == "r2" && profile_secs > 0)
+            .then(|| profile_hub(&lab, profile_secs))
+            .transpose()?;
         let writes = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
             let rollouts = rollouts.clone();
             async move {
@@ -316,6 +335,10 @@ async fn bench(n: usize, region_count: usize, timeout: Duration) -> BenchResult<
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
+        if let Some(profile) = profile {
+            let path = profile.await?;
+            eprintln!("scale-bench: hub CPU profile in {}", path.display());
+        }
         // Let the last status writes and reads land before counting.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = snapshot(&clusters, &http, &metrics_url, pid).await?;
@@ -620,6 +643,38 @@ fn free_port() -> BenchResult<u16> {
 
 /// Rollout `i`: two stages (canary region-1, then the rest) when `i` is even, three
 /// (region-1, region-2, the rest) when odd; every tenth gated on the lab's Prometheus.
+/// Starts a CPU profile of the hub's control plane for `secs` seconds; the file it is
+/// written to once done.
+fn profile_hub(
+    lab: &Lab,
+    secs: usize,
+) -> BenchResult<impl Future<Output = BenchResult<std::path::PathBuf>>> {
+    let kubeconfig = lab
+        .kubeconfig(HUB, User::Admin)
+        .map_err(|e| e.to_string())?;
+    let path = configrollout_e2e::repository_root()
+        .join("target")
+        .join("scale-bench-hub-r2.pprof");
+    let out = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut child = tokio::process::Command::new(lab.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("get")
+        .arg("--raw")
+        .arg(format!("/debug/pprof/profile?seconds={secs}"))
+        .arg(format!("--request-timeout={}s", secs + 30))
+        .stdout(out)
+        .spawn()
+        .map_err(|e| format!("kubectl: {e}"))?;
+    Ok(async move {
+        let status = child.wait().await.map_err(|e| format!("kubectl: {e}"))?;
+        if !status.success() {
+            return Err(format!("hub profile: kubectl exited {status}"));
+        }
+        Ok(path)
+    })
+}
+
 fn rollout_yaml(name: &str, i: usize, region_count: usize) -> String {
     let region = |k: usize| format!("region-{k}");
     let rest = |from: usize| {
