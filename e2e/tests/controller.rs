@@ -277,15 +277,38 @@ spec:
             "{region} holds both rollouts' keys"
         );
     }
-    // Each found the other caught up (read through the CRD's selectable fields) and
-    // recorded its own revision as the target's stable point.
+    // Nothing was removed, so there is nothing to collect: neither read the other
+    // writers nor recorded a stable point.
     for name in ["shared-a", "shared-b"] {
-        eventually("the stable point is recorded", PROGRESS, || async {
-            let status = world.rollout(name).await.status?;
-            let r1 = status.history.first()?;
-            (status.collected_through.as_ref() == Some(&r1.stamp)).then_some(())
-        })
-        .await;
+        let status = world.rollout(name).await.status.unwrap_or_default();
+        assert_eq!(status.collected_through, None, "{name}");
+    }
+    // shared-a removes a key: once its r2 is Complete it finds shared-b caught up (read
+    // through the CRD's selectable fields) and records r2 as the target's stable point.
+    let patch = serde_json::json!({"spec": {"data": {"a2": null}}});
+    within(
+        "remove a key of shared-a",
+        world
+            .rollouts()
+            .patch("shared-a", &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    eventually(
+        "shared-a records r2 as the stable point",
+        PROGRESS,
+        || async {
+            let status = world.rollout("shared-a").await.status?;
+            let r2 = status.history.iter().find(|record| record.name == "r2")?;
+            (status.collected_through.as_ref() == Some(&r2.stamp)).then_some(())
+        },
+    )
+    .await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, "shared").await,
+            Some(data(&[("a1", "1"), ("b1", "x")])),
+            "{region} holds shared-b's key and what is left of shared-a's"
+        );
     }
 }
 

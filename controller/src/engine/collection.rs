@@ -13,10 +13,23 @@ use crate::crdt::{Stamp, WriterProgress};
 use super::Observations;
 
 /// The stamp this rollout proposes to collect through: its current revision's, when the
-/// rollout is Complete and this reconcile saw every region of it holding that revision in
-/// full, and the point would move forward. `None` otherwise.
+/// rollout is Complete, this reconcile saw every region of it holding that revision in
+/// full, there is a tombstone to collect (in its revision state or a region's replica),
+/// and the point would move forward. `None` otherwise.
+///
+/// Without a tombstone there is nothing to collect, so no point is proposed: a proposal
+/// costs a list of the target's writers, which the apiserver answers by scanning every
+/// rollout of the cluster.
 pub fn proposal(status: &ConfigRolloutStatus, observations: &Observations) -> Option<Stamp> {
     if status.phase != Some(RolloutPhase::Complete) || status.regions.is_empty() {
+        return None;
+    }
+    let anything_to_collect = observations.revision_tombstones > 0
+        || observations
+            .regions
+            .iter()
+            .any(|region| region.tombstones > 0);
+    if !anything_to_collect {
         return None;
     }
     let current = status.revision.as_deref()?;
@@ -156,10 +169,12 @@ mod tests {
         }
     }
 
+    /// A region holding one tombstone: there is something to collect.
     fn seen(name: &str, applied: Option<(&str, RevisionStep)>) -> RegionObservation {
         RegionObservation {
             name: name.to_owned(),
             reachable: true,
+            tombstones: 1,
             applied: applied.map(|(revision, step)| AppliedRevision {
                 revision: revision.to_owned(),
                 step,
@@ -192,6 +207,33 @@ mod tests {
         assert_eq!(proposal(&status, &all), None, "nothing new to propose");
         assert!(!record(&mut status, &stamp(10)), "never moves back");
         assert_eq!(status.collected_through, Some(stamp(20).to_string()));
+    }
+
+    #[test]
+    fn no_proposal_without_a_tombstone_to_collect() {
+        let status = status(
+            RolloutPhase::Complete,
+            "r2",
+            &[("eu-1", None), ("us-1", None)],
+        );
+        let without_tombstones = |revision_tombstones| {
+            let mut seen = observations(vec![
+                seen("eu-1", Some(("r2", RevisionStep::Single))),
+                seen("us-1", Some(("r2", RevisionStep::Single))),
+            ]);
+            for region in &mut seen.regions {
+                region.tombstones = 0;
+            }
+            seen.revision_tombstones = revision_tombstones;
+            seen
+        };
+        assert_eq!(proposal(&status, &without_tombstones(0)), None);
+        // One left in the rollout's own revision state, none in the regions.
+        assert_eq!(proposal(&status, &without_tombstones(2)), Some(stamp(20)));
+        // One in a single region's replica (another writer's, say).
+        let mut one_region = without_tombstones(0);
+        one_region.regions[1].tombstones = 1;
+        assert_eq!(proposal(&status, &one_region), Some(stamp(20)));
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct Observations {
     /// manages there. Reported as `InvalidSpec` (reason `TargetRefused`); nothing is
     /// written anywhere.
     pub target_refusals: Vec<String>,
+    /// Tombstones the rollout's current revision state holds (removed keys not collected
+    /// from it yet).
+    pub revision_tombstones: u32,
 }
 
 /// The desired configuration, identified without its values.
@@ -84,6 +87,9 @@ pub struct RegionObservation {
     /// Keys of the rollout whose entry in the region is stamped further ahead of the
     /// controller's clock than the drift bound: they would win every later write.
     pub future_stamped_keys: u32,
+    /// Tombstones in the region's replica of the target, any writer's (removed keys not
+    /// collected there yet).
+    pub tombstones: u32,
 }
 
 /// A revision as read back from a region.

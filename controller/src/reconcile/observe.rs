@@ -106,6 +106,9 @@ pub async fn observe(
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         four_eyes_default: ctx.four_eyes_default,
         missing_policies,
+        revision_tombstones: current.map_or(0, |revision| {
+            u32::try_from(revision.state.tombstones()).unwrap_or(u32::MAX)
+        }),
     };
     Ok((observations, reads))
 }

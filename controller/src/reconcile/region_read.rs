@@ -99,6 +99,8 @@ pub async fn read_region(
             observation.future_stamped_keys = future;
             observation.drifted_keys = inspection.drifted_keys.clone();
             observation.overridden_keys = inspection.overridden_keys.clone();
+            observation.tombstones =
+                u32::try_from(inspection.replica.tombstones()).unwrap_or(u32::MAX);
             if let Some(revision) = current {
                 let two_pass = rollout.spec.strategy.expand_contract == ExpandContract::Auto
                     && revision.removes_keys();

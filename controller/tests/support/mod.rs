@@ -183,6 +183,7 @@ impl World {
                     },
                     overridden_keys: Vec::new(),
                     future_stamped_keys: region.future_stamped_keys,
+                    tombstones: 0,
                 })
                 .collect(),
             gate_samples,
@@ -195,6 +196,7 @@ impl World {
             spec_author: self.spec_author.clone(),
             four_eyes_default: self.four_eyes_default,
             missing_policies: self.missing_policies.clone(),
+            revision_tombstones: 0,
         }
     }
 
