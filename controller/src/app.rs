@@ -415,6 +415,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         events: EventPublisher::new(hub.clone(), CONTROLLER_NAME),
         fence: WriteFence::sharded(shards.clone(), metrics.clone()),
         backoff: Default::default(),
+        superseded: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
         policies: Default::default(),

@@ -16,6 +16,7 @@ pub mod region_status;
 mod revision_cache;
 pub mod revision_store;
 pub mod status_writer;
+mod superseded;
 pub mod triggers;
 
 use std::collections::BTreeSet;
@@ -89,6 +90,9 @@ pub struct Context {
     pub fence: WriteFence,
     /// Consecutive failures per rollout, for retries that back off.
     pub backoff: RetryBackoff,
+    /// Versions of rollouts this replica's status writes replaced: a reconcile handed one
+    /// waits for the watch.
+    pub superseded: superseded::SupersededVersions,
     /// The process's metrics.
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
@@ -137,6 +141,12 @@ pub async fn reconcile(
             "shard not held here: skipped"
         );
         return Ok(Action::requeue(IDLE_REQUEUE));
+    }
+    if ctx.superseded.is_superseded(&rollout) {
+        // This replica wrote over this version; the watch brings the write, and with it
+        // another reconcile. The requeue is only a safety net.
+        tracing::debug!(rollout = %rollout.name_any(), "version already written over: skipped");
+        return Ok(Action::requeue(STALE_READ_REQUEUE));
     }
     let started = Instant::now();
     let mut record = ReconcileRecord::default();

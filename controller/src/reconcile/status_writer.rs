@@ -89,7 +89,10 @@ pub async fn write_status(
     };
     record.status_patch = Some((result, started.elapsed()));
     match written {
-        Ok(_) => Ok(StatusWrite::Written),
+        Ok(_) => {
+            ctx.superseded.wrote_over(rollout);
+            Ok(StatusWrite::Written)
+        }
         Err(error) if error.is_conflict() => {
             tracing::debug!(rollout = %rollout.name_any(), "status computed from a stale read; not written");
             Ok(StatusWrite::Stale)
