@@ -9,6 +9,9 @@
 //! - p50/p99 of "revision declared -> region holds it": each region's
 //!   `status.regions[].materialized.at` minus the revision's `status.history[].declaredAt`
 //!   (both `metav1.Time`, so whole seconds), for every region and for the first stage's;
+//!   and "stage open -> region holds it", from the previous stage's `passedAt` (gates and
+//!   pause included) or the declaration for the first stage: the target. The five
+//!   slowest rollouts are named on stderr;
 //! - API requests per rollout per revision, hub and each region, from the apiservers'
 //!   own `apiserver_request_total` (deltas, split by verb; the bench's own creates,
 //!   patches and single watch are subtracted from the hub's);
@@ -129,6 +132,9 @@ struct Phase {
     per_rollout: Vec<(String, Verbs)>,
     all_regions: Vec<f64>,
     first_stage: Vec<f64>,
+    /// From the region's stage opening (the previous stage passed) to the region holding
+    /// the revision.
+    from_open: Vec<f64>,
     largest_object: usize,
     largest_status: usize,
 }
@@ -346,15 +352,30 @@ async fn bench(
         eprintln!(
             "scale-bench: {revision}: {n} rollouts written in {writes_done:.1?}, all Complete after {elapsed:.1?}"
         );
-        let (all_regions, first_stage, largest_object, largest_status) = {
+        let (all_regions, first_stage, from_open, largest_object, largest_status) = {
             let seen = seen.lock().map_err(|e| e.to_string())?;
             let mut all = Vec::new();
             let mut first = Vec::new();
+            let mut open = Vec::new();
+            let mut slowest = Vec::new();
             for name in &names {
                 if let Some(rollout) = seen.at_complete.get(&(name.clone(), revision.to_owned())) {
-                    declared_to_held(rollout, revision, &mut all, &mut first);
+                    let before = all.len();
+                    declared_to_held(rollout, revision, &mut all, &mut first, &mut open);
+                    let worst = all[before..].iter().copied().fold(0.0, f64::max);
+                    slowest.push((worst, name.as_str()));
                 }
             }
+            slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let slowest: Vec<String> = slowest
+                .iter()
+                .take(5)
+                .map(|(seconds, name)| format!("{name} {seconds} s"))
+                .collect();
+            eprintln!(
+                "scale-bench: {revision}: slowest declared -> held: {}",
+                slowest.join(", ")
+            );
             let mut largest_object = 0;
             let mut largest_status = 0;
             for rollout in seen.latest.values() {
@@ -363,7 +384,7 @@ async fn bench(
                 largest_status =
                     largest_status.max(serde_json::to_vec(&rollout.status).map_or(0, |v| v.len()));
             }
-            (all, first, largest_object, largest_status)
+            (all, first, open, largest_object, largest_status)
         };
         // The bench's own writes, not the controller's.
         let own = if revision == "r1" { "POST" } else { "PATCH" };
@@ -396,6 +417,7 @@ async fn bench(
             per_rollout,
             all_regions,
             first_stage,
+            from_open,
             largest_object,
             largest_status,
         });
@@ -448,14 +470,15 @@ fn print_report(
     println!("load average at the end: {load}");
     println!();
     println!(
-        "| revision | all Complete after | RSS peak | per rollout (peak - idle) | CPU s | reconciles | reconciles/s | declared -> held p50 / p99 (all regions) | p50 / p99 (first stage) | largest object / status |"
+        "| revision | all Complete after | RSS peak | per rollout (peak - idle) | CPU s | reconciles | reconciles/s | declared -> held p50 / p99 (all regions) | p50 / p99 (first stage) | stage open -> held p50 / p99 | largest object / status |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for phase in phases {
         let (p50, p99) = percentiles(&phase.all_regions);
         let (f50, f99) = percentiles(&phase.first_stage);
+        let (o50, o99) = percentiles(&phase.from_open);
         println!(
-            "| {} | {:.1} s | {:.1} MiB | {:.1} KiB | {:.1} | {:.0} | {:.1} | {p50:.0} s / {p99:.0} s (n={}) | {f50:.0} s / {f99:.0} s (n={}) | {} / {} B |",
+            "| {} | {:.1} s | {:.1} MiB | {:.1} KiB | {:.1} | {:.0} | {:.1} | {p50:.0} s / {p99:.0} s (n={}) | {f50:.0} s / {f99:.0} s (n={}) | {o50:.0} s / {o99:.0} s | {} / {} B |",
             phase.name,
             phase.elapsed.as_secs_f64(),
             mib(phase.rss_peak_kib),
@@ -507,11 +530,16 @@ fn percentiles(values: &[f64]) -> (f64, f64) {
 }
 
 /// Seconds from the revision's declaration to each region's materialised mark.
+/// Adds, for each region holding `revision`, the seconds from its declaration to `all`
+/// (and to `first` for the first stage's regions), and from its stage's opening to
+/// `from_open`. A stage opens when the previous one passed (its gates and pause
+/// included); the first one when the revision is declared.
 fn declared_to_held(
     rollout: &ConfigRollout,
     revision: &str,
     all: &mut Vec<f64>,
     first: &mut Vec<f64>,
+    from_open: &mut Vec<f64>,
 ) {
     let Some(status) = &rollout.status else {
         return;
@@ -524,7 +552,22 @@ fn declared_to_held(
     else {
         return;
     };
-    let first_stage = rollout.spec.stages.first().map(|stage| stage.name.clone());
+    let stages = &rollout.spec.stages;
+    let first_stage = stages.first().map(|stage| stage.name.clone());
+    let opened = |stage: &str| {
+        let index = stages.iter().position(|s| s.name == stage)?;
+        if index == 0 {
+            return Some(declared);
+        }
+        let previous = &stages[index - 1].name;
+        let passed = status
+            .stages
+            .iter()
+            .find(|s| &s.name == previous)?
+            .passed_at
+            .as_ref()?;
+        Some(passed.0.as_millisecond())
+    };
     for region in &status.regions {
         let Some(mark) = &region.materialized else {
             continue;
@@ -532,10 +575,14 @@ fn declared_to_held(
         if mark.revision != revision {
             continue;
         }
-        let seconds = (mark.at.0.as_millisecond() - declared) as f64 / 1000.0;
+        let held = mark.at.0.as_millisecond();
+        let seconds = (held - declared) as f64 / 1000.0;
         all.push(seconds);
         if region.stage.is_some() && region.stage == first_stage {
             first.push(seconds);
+        }
+        if let Some(open) = region.stage.as_deref().and_then(opened) {
+            from_open.push((held - open).max(0) as f64 / 1000.0);
         }
     }
 }
