@@ -200,14 +200,7 @@ async fn a_new_revision_mid_rollout_supersedes_the_old(world: &World) {
     world
         .wait_phase("flags", "AwaitingApproval", PROGRESS)
         .await;
-    let patch = serde_json::json!({"spec": {"data": {"mode": "b"}}});
-    within(
-        "change data",
-        world
-            .rollouts()
-            .patch("flags", &PatchParams::default(), &Patch::Merge(&patch)),
-    )
-    .await;
+    change_data(&world.rollouts(), "flags", serde_json::json!({"mode": "b"})).await;
     let waiting = eventually("flags: r2 awaits approval", PROGRESS, || async {
         let rollout = world.rollout("flags").await;
         let status = rollout.status.as_ref()?;
@@ -285,12 +278,10 @@ spec:
     }
     // shared-a removes a key: once its r2 is Complete it finds shared-b caught up (read
     // through the CRD's selectable fields) and records r2 as the target's stable point.
-    let patch = serde_json::json!({"spec": {"data": {"a2": null}}});
-    within(
-        "remove a key of shared-a",
-        world
-            .rollouts()
-            .patch("shared-a", &PatchParams::default(), &Patch::Merge(&patch)),
+    change_data(
+        &world.rollouts(),
+        "shared-a",
+        serde_json::json!({"a2": null}),
     )
     .await;
     eventually(
@@ -355,17 +346,8 @@ spec:
         within("back up the companion", maps.get(&companion_name)).await,
     ];
 
-    let change = |data: serde_json::Value| async move {
-        let patch = serde_json::json!({"spec": {"data": data}});
-        within(
-            "change the data",
-            world
-                .rollouts()
-                .patch("collected", &PatchParams::default(), &Patch::Merge(&patch)),
-        )
-        .await;
-    };
-    change(serde_json::json!({"gone": null})).await;
+    let rollouts = world.rollouts();
+    change_data(&rollouts, "collected", serde_json::json!({"gone": null})).await;
     let r2_stamp = eventually("r2 Complete and collectable", PROGRESS, || async {
         let status = world.rollout("collected").await.status?;
         let r2 = status.history.iter().find(|record| record.name == "r2")?;
@@ -381,7 +363,7 @@ spec:
         );
     }
 
-    change(serde_json::json!({"keep": "2"})).await;
+    change_data(&rollouts, "collected", serde_json::json!({"keep": "2"})).await;
     eventually("r3 Complete", PROGRESS, || async {
         let status = world.rollout("collected").await.status?;
         let complete = status.is_true("Complete") && status.revision.as_deref() == Some("r3");

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use configrollout::api::{ConfigRollout, Region};
 use configrollout::engine::tenancy::{ALLOWED_REGIONS, ALLOWED_TARGET_NAMESPACES};
-use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, LabOptions, SYSTEM_NAMESPACE, User};
+use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
@@ -25,6 +25,8 @@ use support::*;
 /// The tenant's hub namespace, and the namespace of its own name in the regions.
 const TENANT: &str = "team-a";
 const REGIONS: [&str; 3] = ["region-1", "region-2", "region-3"];
+/// The ClusterRole of `deploy/region-rbac.yaml`, the controller's rights in a region.
+const REGION_ROLE: &str = "configrollout-region-writer";
 /// A value a kubeconfig could carry that must never be quoted back.
 const SECRET_TOKEN: &str = "s3cr3t-t0ken-e1a9";
 
@@ -296,6 +298,92 @@ async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy) {
     t.condition("own", "Complete").await;
 }
 
+/// A region whose admin grants the controller no `list`/`watch` on ConfigMaps (older
+/// RBAC, or a stricter platform): its watch of the target namespace fails, the log says
+/// so naming the region and the rights, and the controller reads the targets there at
+/// each reconcile instead. Rollouts complete there as anywhere else, a second revision
+/// too (its merge plans from a fresh read, not from memory).
+async fn a_region_without_list_and_watch_is_read_every_time(t: &Tenancy, controller: &LabChild) {
+    let region = "region-2";
+    let roles: Api<ClusterRole> = Api::all(t.world.region(region));
+    let shipped = within("read the region role", roles.get(REGION_ROLE)).await;
+    let mut reduced = shipped.clone();
+    for rule in reduced.rules.iter_mut().flatten() {
+        if rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|resource| resource == "configmaps")
+        {
+            rule.verbs.retain(|verb| verb != "list" && verb != "watch");
+        }
+    }
+    within(
+        "take list and watch away",
+        roles.replace(REGION_ROLE, &PostParams::default(), &reduced),
+    )
+    .await;
+    let as_controller = t
+        .world
+        .lab
+        .client(region, User::Controller)
+        .expect("controller client");
+    eventually(
+        "the region refuses the controller a list",
+        PROGRESS,
+        || async {
+            let listed = Api::<ConfigMap>::namespaced(as_controller.clone(), TENANT)
+                .list(&ListParams::default())
+                .await;
+            matches!(listed, Err(kube::Error::Api(status)) if status.code == 403).then_some(())
+        },
+    )
+    .await;
+
+    t.create(&rollout("unwatched", TENANT, "unwatched", EVERY_REGION))
+        .await
+        .expect("admitted");
+    t.condition("unwatched", "Complete").await;
+    change_data(
+        &t.admin_rollouts(),
+        "unwatched",
+        serde_json::json!({"limit": "11"}),
+    )
+    .await;
+    eventually("r2 Complete", PROGRESS, || async {
+        let rollout = within("read unwatched", t.admin_rollouts().get("unwatched")).await;
+        let status = rollout.status?;
+        (status.revision.as_deref() == Some("r2") && status.true_condition("Complete").is_some())
+            .then_some(())
+    })
+    .await;
+    for region in REGIONS {
+        let target = within(
+            "read the target",
+            Api::<ConfigMap>::namespaced(t.world.region(region), TENANT).get("unwatched"),
+        )
+        .await;
+        assert_eq!(target.data, Some(data(&[("limit", "11")])), "{region}");
+    }
+    let log = controller.log();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("region ConfigMap watch failed")
+                && line.contains(region)
+                && line.contains("list and watch")),
+        "the log names the region whose watch is refused:\n{}",
+        controller.log_tail(40)
+    );
+
+    let mut current = within("read the region role", roles.get(REGION_ROLE)).await;
+    current.rules = shipped.rules;
+    within(
+        "give list and watch back",
+        roles.replace(REGION_ROLE, &PostParams::default(), &current),
+    )
+    .await;
+}
+
 /// Two rollouts may share a ConfigMap but not a key: the second one that declares a key
 /// the first manages is refused, naming both, and writes nothing.
 async fn a_key_has_one_managing_rollout(t: &Tenancy) {
@@ -551,6 +639,7 @@ async fn tenants_stay_inside_their_grant() {
         &["--prometheus-max-series", "2"],
     );
     an_empty_consumer_selector_is_refused(&t).await;
+    a_region_without_list_and_watch_is_read_every_time(&t, &controller).await;
     the_controller_refuses_escapes_on_its_own(&t).await;
     a_key_has_one_managing_rollout(&t).await;
     a_region_with_an_exec_kubeconfig_is_refused(&t).await;

@@ -1,7 +1,8 @@
 //! The collect step: after a reconcile that found the rollout Complete everywhere, with a
 //! tombstone left to collect, reads the other rollouts writing the same target and records
-//! the target's stable point in the status about to be written. The decisions are [`crate::engine::collection`]'s and
-//! [`crate::crdt::collection_point`]'s; this step only lists.
+//! the target's stable point in the status about to be written. The decisions are
+//! [`crate::engine::collection`]'s and [`crate::crdt::collection_point`]'s; this step
+//! only lists.
 
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};

@@ -13,7 +13,7 @@ use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
@@ -223,6 +223,16 @@ pub fn rollout_yaml(name: &str, spec: &str) -> String {
     format!(
         "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata:\n  name: {name}\n  namespace: {TEAM}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n{spec}"
     )
+}
+
+/// Changes `spec.data` of the rollout `name` by a JSON merge patch (`null` removes a key).
+pub async fn change_data(rollouts: &Api<ConfigRollout>, name: &str, data: serde_json::Value) {
+    let patch = serde_json::json!({"spec": {"data": data}});
+    within(
+        &format!("change the data of {name}"),
+        rollouts.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
 }
 
 pub fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
