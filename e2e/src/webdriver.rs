@@ -39,6 +39,27 @@ pub enum WebDriverError {
     Base64,
 }
 
+impl WebDriverError {
+    /// WebDriver's "stale element reference": the element found is no longer in the page.
+    fn is_stale_element(&self) -> bool {
+        match self {
+            WebDriverError::Answer { answer, .. } => serde_json::from_str::<Value>(answer)
+                .ok()
+                .and_then(|answer| {
+                    answer
+                        .pointer("/value/error")
+                        .and_then(Value::as_str)
+                        .map(|code| code == "stale element reference")
+                })
+                .unwrap_or(false),
+            _ => false,
+        }
+    }
+}
+
+/// How often an element replaced under a command is looked up again.
+const STALE_RETRIES: u32 = 5;
+
 /// One browser: a WebDriver session.
 pub struct Session {
     http: reqwest::Client,
@@ -162,24 +183,41 @@ impl Session {
             })
     }
 
+    /// Finds the element `css` selects and sends `command` with `body` to it. A live page
+    /// may replace the element between the find and the command; WebDriver then answers
+    /// "stale element reference" without having acted, and the element is found again,
+    /// as a user would look again.
+    async fn on_element(
+        &self,
+        what: &str,
+        css: &str,
+        command: &str,
+        body: Value,
+    ) -> Result<(), WebDriverError> {
+        let mut attempts = 0;
+        loop {
+            let id = self.element(css).await?;
+            match self
+                .post(what, &format!("/element/{id}/{command}"), body.clone())
+                .await
+            {
+                Err(error) if error.is_stale_element() && attempts < STALE_RETRIES => {
+                    attempts += 1;
+                }
+                answer => return answer.map(|_| ()),
+            }
+        }
+    }
+
     /// Clicks the element `css` selects, as a user would (WebDriver element click).
     pub async fn click(&self, css: &str) -> Result<(), WebDriverError> {
-        let id = self.element(css).await?;
-        self.post("click", &format!("/element/{id}/click"), json!({}))
-            .await
-            .map(|_| ())
+        self.on_element("click", css, "click", json!({})).await
     }
 
     /// Types `text` into the element `css` selects.
     pub async fn type_into(&self, css: &str, text: &str) -> Result<(), WebDriverError> {
-        let id = self.element(css).await?;
-        self.post(
-            "type",
-            &format!("/element/{id}/value"),
-            json!({"text": text}),
-        )
-        .await
-        .map(|_| ())
+        self.on_element("type", css, "value", json!({"text": text}))
+            .await
     }
 
     /// The page as a PNG.
@@ -238,5 +276,17 @@ mod tests {
         assert_eq!(decode_base64("aGk=").as_deref(), Some(&b"hi"[..]));
         assert_eq!(decode_base64("YWJj").as_deref(), Some(&b"abc"[..]));
         assert_eq!(decode_base64("a*=="), None);
+    }
+
+    #[test]
+    fn a_replaced_element_is_told_from_other_refusals() {
+        let answer = |code: &str| WebDriverError::Answer {
+            what: "type".to_owned(),
+            answer: json!({"value": {"error": code, "message": "", "stacktrace": ""}}).to_string(),
+        };
+        assert!(answer("stale element reference").is_stale_element());
+        assert!(!answer("no such element").is_stale_element());
+        assert!(!answer("element not interactable").is_stale_element());
+        assert!(!WebDriverError::Base64.is_stale_element());
     }
 }

@@ -7,9 +7,12 @@
   const outcome = document.getElementById("outcome");
   let pending = null;
 
-  // While someone types into a form of the live part (an approval's reason), updates
-  // wait, so that the form is not replaced under them; the latest is applied after.
+  // While someone types into a form of the live part (an approval's reason), or has
+  // put the cursor in one, updates wait, so that the form is not replaced under them
+  // (which would drop the text or the focus); the latest is applied after.
   function editing() {
+    const focused = document.activeElement;
+    if (focused && focused.tagName === "INPUT" && live.contains(focused)) return true;
     return Array.prototype.some.call(live.querySelectorAll("input[type=text]"), function (input) {
       return input.value !== "";
     });
@@ -26,6 +29,8 @@
     if (pending !== null && !editing()) apply(pending);
   }
   document.addEventListener("input", flush);
+  // Focus has left by the time the event after focusout runs.
+  document.addEventListener("focusout", function () { setTimeout(flush, 0); });
 
   // Server-sent events driven by the dashboard's watch of the API server: each message
   // is the live part of the page, rendered by the server.
