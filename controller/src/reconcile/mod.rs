@@ -41,8 +41,9 @@ use fetch::Fetched;
 use observe::Validated;
 use status_writer::StatusWrite;
 
-/// How long to wait before looking again when nothing asked for an earlier time: regions
-/// are polled, not watched, so this bounds how late drift is noticed.
+/// How long to wait before looking again when nothing asked for an earlier time. A region's
+/// watch only tells the object cache whether its copy is current; a change there does not
+/// start a reconcile, so this bounds how late drift in a region is noticed.
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(60);
 /// How soon to look again after a status computed from a stale read was refused.
 const STALE_READ_REQUEUE: Duration = Duration::from_secs(1);
