@@ -344,6 +344,22 @@ async fn the_dashboard_in_a_real_browser() {
         "nothing was approved"
     );
 
+    // The viewer puts the cursor in the reason box and leaves it there, typing nothing:
+    // the page holds its updates while the box has the cursor, so that neither the box
+    // nor the cursor is taken away, and applies the latest once the cursor leaves.
+    within(
+        "the viewer clicks into the reason box",
+        viewing.click("input[name=reason]"),
+    )
+    .await;
+    js(
+        &viewing,
+        "document.querySelector('input[name=reason]').dataset.held = 'the same box'; return true;",
+    )
+    .await;
+    const UPDATES: &str = "return document.body.dataset.updates || '0';";
+    let updates_before = js(&viewing, UPDATES).await;
+
     // approver-alice, in her own browser on her own dashboard, approves with a reason.
     let approving = browser(&world, &driver, "alice").await;
     within(
@@ -372,6 +388,25 @@ async fn the_dashboard_in_a_real_browser() {
         "{approved}"
     );
     screenshot(&approving, "3-alice-approved").await;
+
+    world.wait_phase(NAME, "Complete", PROGRESS).await;
+    // The stream sends a change within its 150 ms of coalescing; this is ample.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        js(
+            &viewing,
+            "const box = document.activeElement; return (box && box.dataset.held) || null;"
+        )
+        .await,
+        json!("the same box"),
+        "the viewer's reason box keeps the cursor"
+    );
+    assert_eq!(
+        js(&viewing, UPDATES).await,
+        updates_before,
+        "no update replaced the form while it had the cursor"
+    );
+    within("the viewer clicks elsewhere", viewing.click("h1")).await;
 
     // The viewer's page, never reloaded, shows prod's regions take the revision.
     for region in ["region-2", "region-3"] {

@@ -102,6 +102,13 @@ pub fn sse_event(data: &str) -> String {
     out
 }
 
+/// Whether `since`, the version a rollout page says it shows, can be one: a
+/// resourceVersion as the API server writes them (digits, bounded), so that a crafted
+/// query is neither echoed into a page nor kept.
+fn valid_since(since: &str) -> bool {
+    !since.is_empty() && since.len() <= 32 && since.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
 /// A stream response that sends `render()` at once, then again after each change of
 /// the store when it differs from what was sent last; `render` returns `None` when it
 /// knows nothing changed for it.
@@ -258,12 +265,21 @@ async fn route(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respons
                     reads::diffs(&dashboard.hub, &rollout)
                 );
                 let rest = history(&rollout, &diffs, show_values);
+                // The stream is told which version the page shows, so that it does not
+                // replace the live part with the same view as soon as it connects (which
+                // would take a form from under the cursor of someone who already clicked).
+                let mut stream_href =
+                    format!("{}/stream", super::html::rollout_href(&namespace, &name));
+                if let Some(version) = rollout.resource_version().filter(|v| valid_since(v)) {
+                    stream_href.push_str("?since=");
+                    stream_href.push_str(&version);
+                }
                 html(
                     StatusCode::OK,
                     page(
                         &format!("{namespace}/{name}"),
                         dashboard.guard.token(),
-                        &format!("{}/stream", super::html::rollout_href(&namespace, &name)),
+                        &stream_href,
                         &live,
                         &rest,
                     ),
@@ -272,7 +288,11 @@ async fn route(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respons
             Some((namespace, name, Some(rest))) if rest == "stream" => {
                 let changes = dashboard.store.subscribe();
                 let source = dashboard.clone();
-                let mut last_version: Option<String> = None;
+                let mut last_version: Option<String> = query
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("since="))
+                    .filter(|since| valid_since(since))
+                    .map(str::to_owned);
                 stream(changes, move || {
                     let source = source.clone();
                     let rollout = source.store.get(&namespace, &name);
@@ -379,6 +399,14 @@ mod tests {
     fn each_line_is_its_own_data_field() {
         assert_eq!(sse_event("<p>a</p>"), "data: <p>a</p>\n\n");
         assert_eq!(sse_event("a\r\nb"), "data: a\ndata: b\n\n");
+    }
+
+    #[test]
+    fn only_a_resource_version_is_taken_as_since() {
+        assert!(valid_since("123456"));
+        assert!(!valid_since(""));
+        assert!(!valid_since("1\"><script>"));
+        assert!(!valid_since(&"9".repeat(33)));
     }
 
     #[test]
