@@ -169,6 +169,36 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.gates.0.initialDelay": `""`}, "spec.gates[].initialDelay must be a duration"},
 		{"contract pause", "ConfigRollout", "rollout-full.yaml",
 			map[string]string{"spec.strategy.contract.pause.duration": "5d"}, "pause.duration must be a duration"},
+		{"huge stage deadline", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.0.progressDeadline": "999999999999h"}, "spec.stages[].progressDeadline must be at most 8760h"},
+		{"huge rollout deadline", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.progressDeadline": "999999999999h"}, "spec.progressDeadline must be at most 8760h"},
+		{"huge stage pause", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.1.pause.duration": "999999999999h"}, "pause.duration must be at most 8760h"},
+		{"huge contract pause", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.strategy.contract.pause.duration": "9223372036854775807ms"}, "pause.duration must be at most 8760h"},
+		{"huge gate interval", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.interval": "999999999999h"}, "spec.gates[].interval must be at most 24h"},
+		{"huge initial delay", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.initialDelay": "99999999999999999999999999999s"}, "spec.gates[].initialDelay must be at most 24h"},
+		// Past what Go's time.ParseDuration (CEL's duration()) can hold: refused by the
+		// rule's own message, not an evaluation error.
+		{"deadline past 292 years", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.0.progressDeadline": "2562048h"}, "spec.stages[].progressDeadline must be at most 8760h"},
+		{"deadline summing over the ceiling", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.stages.0.progressDeadline": "8000h8000h"}, "spec.stages[].progressDeadline must be at most 8760h"},
+		{"interval one ms over", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.interval": "24h1ms"}, "spec.gates[].interval must be at most 24h"},
+		{"gate count over the ceiling", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.count": "2000000000"}, "spec.gates[0].count"},
+		{"failure limit over the ceiling", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.failureLimit": "1001"}, "spec.gates[0].failureLimit"},
+		{"inconclusive limit over the ceiling", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.inconclusiveLimit": "1001"}, "spec.gates[0].inconclusiveLimit"},
+		{"error limit over the ceiling", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.consecutiveErrorLimit": "1001"}, "spec.gates[0].consecutiveErrorLimit"},
+		{"maxParallel over the ceiling", "ConfigRollout", "rollout-basic.yaml",
+			map[string]string{"spec.stages.0.maxParallel": "1001"}, "spec.stages[0].maxParallel"},
 		{"maxParallel zero", "ConfigRollout", "rollout-basic.yaml",
 			map[string]string{"spec.stages.0.maxParallel": "0"}, "spec.stages[0].maxParallel"},
 		{"target name not DNS-1123", "ConfigRollout", "rollout-basic.yaml",
@@ -238,6 +268,28 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 				t.Fatalf("refused with %q, want it to contain %q", all, c.message)
 			}
 		})
+	}
+}
+
+// Every duration at its ceiling, written in the units a person would use and in others,
+// is admitted: the ceilings refuse only what is over them.
+func TestDurationsAtTheirCeilingsAreAdmitted(t *testing.T) {
+	k := kinds(t)["ConfigRollout"]
+	for _, edit := range []map[string]string{
+		{"spec.progressDeadline": "8760h", "spec.stages.0.progressDeadline": "525600m"},
+		{"spec.stages.1.pause.duration": "31536000s", "spec.strategy.contract.pause.duration": "8759h59m59s1000ms"},
+		{"spec.gates.0.interval": "24h", "spec.gates.0.initialDelay": "86400000ms"},
+		{"spec.gates.0.interval": "1ms", "spec.gates.0.initialDelay": "0s"},
+		{"spec.gates.0.count": "1000", "spec.gates.0.failureLimit": "1000", "spec.gates.0.inconclusiveLimit": "1000",
+			"spec.gates.0.consecutiveErrorLimit": "1000", "spec.stages.1.maxParallel": "1000"},
+	} {
+		obj := fixture(t, "rollout-full.yaml")
+		for path, text := range edit {
+			set(t, obj, path, parse(t, text))
+		}
+		if _, errs := k.Admit(obj, nil); len(errs) > 0 {
+			t.Errorf("%v refused: %v", edit, errs.ToAggregate())
+		}
 	}
 }
 

@@ -14,6 +14,55 @@ pub const DURATION_PATTERN: &str = "^([0-9]+(ms|s|m|h))+$";
 /// [`DURATION_PATTERN`] and no sensible duration comes near it.
 pub const DURATION_MAX_LENGTH: u64 = 32;
 
+/// The longest value a duration field of a spec may hold, in whole hours. Every duration a
+/// tenant writes is later added to a time; the ceilings keep that sum (and every schedule
+/// built from it) far inside what a clock can represent, and refuse at apply what no
+/// rollout needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling {
+    hours: u64,
+}
+
+impl Ceiling {
+    const fn hours(hours: u64) -> Self {
+        Ceiling { hours }
+    }
+
+    /// The ceiling in milliseconds.
+    pub const fn millis(self) -> u64 {
+        self.hours.saturating_mul(3_600_000)
+    }
+
+    /// The ceiling as a `Duration`.
+    pub const fn duration(self) -> Duration {
+        Duration::from_millis(self.millis())
+    }
+
+    /// The ceiling as written in a spec, e.g. `8760h`.
+    pub fn text(self) -> String {
+        format!("{}h", self.hours)
+    }
+
+    /// Whether `duration` is within the ceiling.
+    pub fn admits(self, duration: Duration) -> bool {
+        duration <= self.duration()
+    }
+}
+
+/// Progress deadlines (`spec.progressDeadline`, `spec.stages[].progressDeadline`): a year.
+/// A stage that has not passed in a year has failed; a longer deadline only hides it.
+pub const DEADLINE_CEILING: Ceiling = Ceiling::hours(8760);
+/// Bake times (`spec.stages[].pause`, `spec.strategy.contract.pause`): a year, for the
+/// same reason.
+pub const PAUSE_CEILING: Ceiling = Ceiling::hours(8760);
+/// Time between two samples of a gate (`spec.gates[].interval`): a day. Samples further
+/// apart than that do not watch a change; they poll a dashboard.
+pub const GATE_INTERVAL_CEILING: Ceiling = Ceiling::hours(24);
+/// Wait before a gate's first sample (`spec.gates[].initialDelay`): a day, as the interval.
+pub const INITIAL_DELAY_CEILING: Ceiling = Ceiling::hours(24);
+/// The longest any duration field may be: what the engine ever adds to a time.
+pub const LONGEST_CEILING: Ceiling = DEADLINE_CEILING;
+
 /// Why a duration string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
@@ -49,17 +98,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     while i < bytes.len() {
         let digits_start = i;
         let mut value: u64 = 0;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
+        while let Some(digit) = bytes.get(i).and_then(|byte| char::from(*byte).to_digit(10)) {
             value = value
                 .checked_mul(10)
-                .and_then(|v| v.checked_add(u64::from(bytes[i] - b'0')))
+                .and_then(|v| v.checked_add(u64::from(digit)))
                 .ok_or_else(overflow)?;
-            i += 1;
+            i = i.saturating_add(1);
         }
         if i == digits_start {
             return Err(DurationError::Malformed(s.to_owned()));
         }
-        let (unit_ms, unit_len) = match (bytes.get(i), bytes.get(i + 1)) {
+        let (unit_ms, unit_len) = match (bytes.get(i), bytes.get(i.saturating_add(1))) {
             (Some(b'm'), Some(b's')) => (1, 2),
             (Some(b's'), _) => (1_000, 1),
             (Some(b'm'), _) => (60_000, 1),
@@ -67,7 +116,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
             (None, _) => return Err(DurationError::MissingUnit(s.to_owned())),
             (Some(_), _) => return Err(DurationError::Malformed(s.to_owned())),
         };
-        i += unit_len;
+        i = i.saturating_add(unit_len);
         let group_ms = value.checked_mul(unit_ms).ok_or_else(overflow)?;
         total_ms = total_ms.checked_add(group_ms).ok_or_else(overflow)?;
     }

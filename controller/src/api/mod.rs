@@ -11,7 +11,10 @@ mod rollout;
 pub mod schema;
 
 pub use approval::*;
-pub use duration::{DURATION_PATTERN, DurationError, parse_duration};
+pub use duration::{
+    Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
+    INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
+};
 pub use region::*;
 pub use rollout::*;
 

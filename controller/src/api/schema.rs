@@ -8,7 +8,7 @@
 use schemars::Schema;
 use serde_json::{Value, json};
 
-use super::duration::{DURATION_MAX_LENGTH, DURATION_PATTERN};
+use super::duration::{Ceiling, DURATION_MAX_LENGTH, DURATION_PATTERN};
 
 /// RFC 1123 label (namespace names, stage and gate names): lower-case alphanumerics and
 /// `-`, starting and ending with an alphanumeric, at most [`DNS1123_LABEL_MAX_LENGTH`].
@@ -94,18 +94,51 @@ pub(crate) fn cel_str(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// A duration string field named `field`: bounded length, Go-style grammar.
-pub(crate) fn duration(field: &'static str) -> impl FnMut(&mut Schema) {
+/// A duration string field named `field`: bounded length, Go-style grammar, at most
+/// `ceiling`.
+pub(crate) fn duration(field: &'static str, ceiling: Ceiling) -> impl FnMut(&mut Schema) {
     move |schema| {
         set(schema, "maxLength", DURATION_MAX_LENGTH);
         add_rules(
             schema,
-            &[Rule::new(
-                format!("self.matches({})", cel_str(DURATION_PATTERN)),
-                format!("{field} must be a duration such as 500ms, 30s, 5m or 1h30m"),
-            )],
+            &[
+                Rule::new(
+                    format!("self.matches({})", cel_str(DURATION_PATTERN)),
+                    format!("{field} must be a duration such as 500ms, 30s, 5m or 1h30m"),
+                ),
+                Rule::new(
+                    duration_ceiling_rule(ceiling),
+                    format!("{field} must be at most {}", ceiling.text()),
+                ),
+            ],
         );
     }
+}
+
+/// Longest number of one `<digits><unit>` group the ceiling rule converts: 11 digits of
+/// hours are 3.6e17 ms, and at most 16 groups fit in [`DURATION_MAX_LENGTH`], so no sum
+/// of them overflows CEL's 64-bit integers. Every ceiling is far below 11 digits of
+/// milliseconds, so a longer group is over it whatever its unit.
+const CEILING_GROUP_DIGITS: u32 = 11;
+
+/// The CEL rule that a duration string of the grammar is at most `ceiling`. It adds the
+/// groups up in milliseconds itself rather than calling CEL's `duration()`, which fails
+/// (an evaluation error, not this rule's message) on values past 292 years; a group too
+/// long to convert without overflow is refused before any conversion (`&&` is
+/// short-circuit in CEL). A string outside the grammar passes this rule: the grammar rule
+/// reports it.
+fn duration_ceiling_rule(ceiling: Ceiling) -> String {
+    let group = "'[0-9]+(ms|s|m|h)'";
+    let unit_ms =
+        "(g.endsWith('ms') ? 1 : g.endsWith('s') ? 1000 : g.endsWith('m') ? 60000 : 3600000)";
+    let digits = "int(g.replace('ms', '').replace('s', '').replace('m', '').replace('h', ''))";
+    format!(
+        "!self.matches({pattern}) || (self.findAll({group}).all(g, g.matches('^[0-9]{{1,{max_digits}}}[a-z]+$')) \
+         && self.findAll({group}).map(g, {digits} * {unit_ms}).sum() <= {max_ms})",
+        pattern = cel_str(DURATION_PATTERN),
+        max_digits = CEILING_GROUP_DIGITS,
+        max_ms = ceiling.millis(),
+    )
 }
 
 /// A name field that must be an RFC 1123 label.

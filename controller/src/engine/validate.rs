@@ -6,10 +6,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::api::{ConfigRolloutSpec, Pause};
+use crate::api::{
+    Ceiling, ConfigRolloutSpec, DEADLINE_CEILING, GATE_INTERVAL_CEILING, INITIAL_DELAY_CEILING,
+    MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT, MAX_GATE_LIMIT, MAX_GATES, MAX_PARALLEL,
+    MAX_REVISION_HISTORY_LIMIT, MAX_STAGES, PAUSE_CEILING, Pause, parse_duration,
+};
 use crate::gates::{Condition, TemplateValues, check_template, render};
 
-use super::clock::spec_duration;
 use super::selection::{requirement_is_valid, server_selector};
 
 /// One problem with a spec, naming the field.
@@ -42,48 +45,66 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         } else if let Some(problem) = promql_problem(&gate.query) {
             report(field("query"), problem);
         }
-        match spec_duration(&gate.interval) {
-            Some(interval) if interval > chrono::TimeDelta::zero() => {}
-            _ => report(field("interval"), "must be a positive duration".into()),
-        }
-        if let Some(delay) = &gate.initial_delay
-            && spec_duration(delay).is_none()
+        if let Some(problem) =
+            duration_problem(&gate.interval, Positive::Yes, GATE_INTERVAL_CEILING)
         {
-            report(field("initialDelay"), "must be a duration".into());
+            report(field("interval"), problem);
         }
-        if gate.count < 1 {
-            report(field("count"), "must be at least 1".into());
+        if let Some(problem) = gate
+            .initial_delay
+            .as_deref()
+            .and_then(|delay| duration_problem(delay, Positive::No, INITIAL_DELAY_CEILING))
+        {
+            report(field("initialDelay"), problem);
         }
-        if gate.failure_limit < 0 || gate.inconclusive_limit < 0 {
-            report(field("failureLimit"), "limits must not be negative".into());
+        let counts = [
+            ("count", gate.count, 1, MAX_GATE_COUNT),
+            ("failureLimit", gate.failure_limit, 0, MAX_GATE_LIMIT),
+            (
+                "inconclusiveLimit",
+                gate.inconclusive_limit,
+                0,
+                MAX_GATE_LIMIT,
+            ),
+            (
+                "consecutiveErrorLimit",
+                gate.consecutive_error_limit,
+                1,
+                MAX_GATE_LIMIT,
+            ),
+        ];
+        for (name, value, min, max) in counts {
+            if let Some(problem) = count_problem(value, min, max) {
+                report(field(name), problem);
+            }
         }
     }
 
-    if let Some(deadline) = &spec.progress_deadline
-        && !is_positive_duration(deadline)
+    if let Some(problem) = spec
+        .progress_deadline
+        .as_deref()
+        .and_then(|deadline| duration_problem(deadline, Positive::Yes, DEADLINE_CEILING))
     {
-        report(
-            "spec.progressDeadline".to_owned(),
-            "must be a positive duration".into(),
-        );
+        report("spec.progressDeadline".to_owned(), problem);
     }
     for (index, stage) in spec.stages.iter().enumerate() {
         let field = |name: &str| format!("spec.stages[{index}].{name}");
-        if stage.max_parallel < 1 {
-            report(field("maxParallel"), "must be at least 1".into());
+        if let Some(problem) = count_problem(stage.max_parallel, 1, MAX_PARALLEL) {
+            report(field("maxParallel"), problem);
         }
-        if let Some(Pause { duration }) = &stage.pause
-            && spec_duration(duration).is_none()
+        if let Some(problem) = stage
+            .pause
+            .as_ref()
+            .and_then(|Pause { duration }| duration_problem(duration, Positive::No, PAUSE_CEILING))
         {
-            report(field("pause.duration"), "must be a duration".into());
+            report(field("pause.duration"), problem);
         }
-        if let Some(deadline) = &stage.progress_deadline
-            && !is_positive_duration(deadline)
+        if let Some(problem) = stage
+            .progress_deadline
+            .as_deref()
+            .and_then(|deadline| duration_problem(deadline, Positive::Yes, DEADLINE_CEILING))
         {
-            report(
-                field("progressDeadline"),
-                "must be a positive duration".into(),
-            );
+            report(field("progressDeadline"), problem);
         }
         for gate in &stage.gates {
             if !spec.gates.iter().any(|declared| &declared.name == gate) {
@@ -145,12 +166,40 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         }
     }
 
-    if let Some(Pause { duration }) = &spec.strategy.contract.pause
-        && spec_duration(duration).is_none()
+    if let Some(problem) = spec
+        .strategy
+        .contract
+        .pause
+        .as_ref()
+        .and_then(|Pause { duration }| duration_problem(duration, Positive::No, PAUSE_CEILING))
     {
+        report("spec.strategy.contract.pause.duration".into(), problem);
+    }
+    let lengths = [
+        ("spec.stages", spec.stages.len(), MAX_STAGES),
+        ("spec.gates", spec.gates.len(), MAX_GATES),
+        ("spec.consumers", spec.consumers.len(), MAX_CONSUMERS),
+        (
+            "spec.data",
+            spec.data.as_ref().map_or(0, BTreeMap::len),
+            MAX_DATA_KEYS,
+        ),
+    ];
+    if spec.stages.is_empty() {
         report(
-            "spec.strategy.contract.pause.duration".into(),
-            "must be a duration".into(),
+            "spec.stages".to_owned(),
+            "must have at least 1 entry".into(),
+        );
+    }
+    for (field, length, max) in lengths {
+        if u64::try_from(length).map_or(true, |length| length > max) {
+            report(field.to_owned(), format!("must have at most {max} entries"));
+        }
+    }
+    if !(1..=MAX_REVISION_HISTORY_LIMIT).contains(&spec.revision_history_limit) {
+        report(
+            "spec.revisionHistoryLimit".into(),
+            format!("must be between 1 and {MAX_REVISION_HISTORY_LIMIT}"),
         );
     }
     errors
@@ -187,6 +236,32 @@ fn promql_problem(query: &str) -> Option<String> {
     }
 }
 
-fn is_positive_duration(text: &str) -> bool {
-    spec_duration(text).is_some_and(|duration| duration > chrono::TimeDelta::zero())
+/// Whether a duration field may be zero.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Positive {
+    Yes,
+    No,
+}
+
+/// What is wrong with a duration field's text: not a duration, zero where it must be
+/// positive, or over its ceiling. `None` when it is fine.
+fn duration_problem(text: &str, positive: Positive, ceiling: Ceiling) -> Option<String> {
+    let Ok(duration) = parse_duration(text) else {
+        return Some("must be a duration such as 500ms, 30s, 5m or 1h30m".to_owned());
+    };
+    if positive == Positive::Yes && duration.is_zero() {
+        return Some("must be a positive duration".to_owned());
+    }
+    (!ceiling.admits(duration)).then(|| format!("must be at most {}", ceiling.text()))
+}
+
+/// What is wrong with a count field: outside `min..=max`. `None` when it is fine.
+fn count_problem(value: i32, min: i32, max: i32) -> Option<String> {
+    if value < min {
+        Some(format!("must be at least {min}"))
+    } else if value > max {
+        Some(format!("must be at most {max}"))
+    } else {
+        None
+    }
 }

@@ -9,8 +9,10 @@ use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigRolloutStatus;
-use crate::api::CONTRACT_STAGE;
 use crate::api::schema::{self, Rule};
+use crate::api::{
+    CONTRACT_STAGE, DEADLINE_CEILING, GATE_INTERVAL_CEILING, INITIAL_DELAY_CEILING, PAUSE_CEILING,
+};
 
 /// Most stages a rollout may declare; bounds the cost of the uniqueness rules.
 pub const MAX_STAGES: u64 = 20;
@@ -26,6 +28,16 @@ pub const MAX_DATA_KEYS: u64 = 1000;
 pub const MAX_QUERY_LENGTH: u64 = 4096;
 /// Longest gate condition.
 pub const MAX_CONDITION_LENGTH: u64 = 1024;
+/// Most revisions `status.history` may keep (`revisionHistoryLimit`).
+pub const MAX_REVISION_HISTORY_LIMIT: i32 = 100;
+/// Most regions a stage updates at once (`maxParallel`).
+pub const MAX_PARALLEL: i32 = 1000;
+/// Most successful samples a gate may ask for (`count`): at the longest interval that is
+/// years of sampling already.
+pub const MAX_GATE_COUNT: i32 = 1000;
+/// Most failed, inconclusive or erroring samples a gate may tolerate (`failureLimit`,
+/// `inconclusiveLimit`, `consecutiveErrorLimit`).
+pub const MAX_GATE_LIMIT: i32 = 1000;
 
 /// The desired state of a configuration object across regions, and how to roll it out.
 // Several print columns share `type_ = "string"`, which clippy mistakes for a repeated
@@ -134,13 +146,13 @@ pub struct ConfigRolloutSpec {
     pub drift_policy: DriftPolicy,
     /// How many revisions `status.history` keeps (1 to 100).
     #[serde(default = "default_revision_history_limit")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = MAX_REVISION_HISTORY_LIMIT))]
     pub revision_history_limit: i32,
     /// How long each stage may take, from start to passed, before `onFailure` applies,
     /// unless the stage sets its own. When neither is set, a stage whose regions are not
     /// all updated within 10m fails (gate sampling then ends on its own schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::duration("spec.progressDeadline"))]
+    #[schemars(transform = schema::duration("spec.progressDeadline", DEADLINE_CEILING))]
     pub progress_deadline: Option<String>,
 }
 
@@ -257,7 +269,7 @@ pub struct Stage {
     pub regions: RegionSelector,
     /// How many of the stage's regions are updated at once (at least 1).
     #[serde(default = "default_one")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_PARALLEL))]
     pub max_parallel: i32,
     /// `Required` makes the stage wait for a matching StageApproval before it starts.
     #[serde(default)]
@@ -272,7 +284,7 @@ pub struct Stage {
     /// How long the stage may take, from start to passed, before `onFailure` applies
     /// (default: `spec.progressDeadline`, else 10m while regions are being updated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::duration("spec.stages[].progressDeadline"))]
+    #[schemars(transform = schema::duration("spec.stages[].progressDeadline", DEADLINE_CEILING))]
     pub progress_deadline: Option<String>,
 }
 
@@ -320,7 +332,7 @@ pub enum Approval {
 #[serde(rename_all = "camelCase")]
 pub struct Pause {
     /// How long to wait, e.g. `10m` or `1h30m`.
-    #[schemars(transform = schema::duration("pause.duration"))]
+    #[schemars(transform = schema::duration("pause.duration", PAUSE_CEILING))]
     pub duration: String,
 }
 
@@ -339,31 +351,31 @@ pub struct Gate {
     pub condition: String,
     /// Time between samples.
     #[serde(default = "default_interval")]
-    #[schemars(transform = schema::duration("spec.gates[].interval"))]
+    #[schemars(transform = schema::duration("spec.gates[].interval", GATE_INTERVAL_CEILING))]
     pub interval: String,
     /// Successful samples needed for the gate to pass (at least 1).
     #[serde(default = "default_one")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_GATE_COUNT))]
     pub count: i32,
     /// Wait before the first sample, so that the metric reflects the new revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::duration("spec.gates[].initialDelay"))]
+    #[schemars(transform = schema::duration("spec.gates[].initialDelay", INITIAL_DELAY_CEILING))]
     pub initial_delay: Option<String>,
     /// Failed samples tolerated; one more fails the gate.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_GATE_LIMIT))]
     pub failure_limit: i32,
     /// Inconclusive samples (no data, NaN, Prometheus unreachable) tolerated; one more
     /// fails the gate.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_GATE_LIMIT))]
     pub inconclusive_limit: i32,
     /// Query errors in a row (Prometheus unreachable, a timeout, an answer over the
     /// controller's bounds) that fail the gate. Errors are counted apart from
     /// inconclusive samples, and any answered sample resets the count, so one timeout
     /// never fails a gate.
     #[serde(default = "default_consecutive_error_limit")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_GATE_LIMIT))]
     pub consecutive_error_limit: i32,
 }
 
