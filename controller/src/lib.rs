@@ -5,12 +5,16 @@
 //! module map, the steps of one reconcile and the rule for which module may call the
 //! network are in `controller/README.md`.
 
+#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod api;
 pub mod api_call;
 pub mod app;
 pub mod cli;
+#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod crdt;
+#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod engine;
+#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod gates;
 pub mod leader;
 pub mod reconcile;

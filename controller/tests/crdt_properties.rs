@@ -862,3 +862,84 @@ proptest! {
         }
     }
 }
+
+/// Stamps at the ends of their ranges: what a hostile companion or stored revision can
+/// carry once the decoder has accepted it.
+fn extreme_stamp() -> impl Strategy<Value = Stamp> {
+    (
+        prop::sample::select(vec![0u64, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX]),
+        prop::sample::select(vec![0u32, 1, u32::MAX - 1, u32::MAX]),
+        0..WRITERS.len(),
+    )
+        .prop_map(|(wall, logical, w)| Stamp::new(wall, logical, writer(w)))
+}
+
+fn extreme_delta() -> impl Strategy<Value = Delta> {
+    prop::collection::vec((any_key(), any_value(), extreme_stamp()), 0..12).prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(key, value, stamp)| {
+                let entry = Entry {
+                    value: value.map(Into::into),
+                    stamp,
+                };
+                (key, entry)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(support_cases()))]
+
+    /// A replica or delta with stamps at the ends of their ranges survives the codec and
+    /// every operation the controller runs on what it decoded (merge, a clock observing
+    /// its stamps, stamping above it, rollback, collection, digest) without a panic; the
+    /// clock refuses what is too far ahead rather than jumping to it.
+    #[test]
+    fn decoded_stamps_at_the_ends_of_their_ranges_never_panic(
+        deltas in prop::collection::vec(extreme_delta(), 1..4),
+        local_ms in prop::sample::select(vec![0u64, 1_700_000_000_000]),
+    ) {
+        let mut replica = Replica::new();
+        for delta in &deltas {
+            let text = encode_delta(delta).unwrap();
+            let Ok(decoded) = decode_delta(&text) else { continue };
+            replica.apply(&decoded);
+        }
+        let text = encode(&replica).unwrap();
+        let decoded = decode(&text).unwrap();
+        let mut merged_into = Replica::new();
+        merged_into.merge(&decoded);
+        prop_assert_eq!(&merged_into, &decoded);
+
+        let clock = ManualClock::new(local_ms);
+        let mut hlc = Hlc::with_clock(rollout_writer(), 60_000, clock);
+        for (_, entry) in decoded.iter() {
+            match hlc.observe(&entry.stamp) {
+                Ok(after) => prop_assert!(after >= entry.stamp),
+                Err(_) => prop_assert!(entry.stamp.wall_ms > local_ms.saturating_add(60_000)),
+            }
+        }
+        let fresh = stamp_above(&decoded, local_ms, rollout_writer());
+        let ceiling = decoded.frontier().into_iter().chain(decoded.horizon()).max();
+        if let Some(ceiling) = ceiling.filter(|ceiling| ceiling.wall_ms < u64::MAX) {
+            prop_assert!(fresh > *ceiling, "{:?} not above {:?}", fresh, ceiling);
+        }
+        if let Some(revision) = deltas.first() {
+            let _ = compensating_delta(&decoded, revision, &BTreeMap::new(), fresh.clone());
+        }
+        if let Some(point) = stable_point(&[decoded.frontier().cloned()]) {
+            let mut collected = decoded.clone();
+            collect_tombstones(&mut collected, &point);
+        }
+        let _ = revision_digest(&digest_key(), &decoded);
+    }
+}
+
+fn support_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(256)
+}

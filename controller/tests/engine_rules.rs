@@ -1133,3 +1133,89 @@ fn drift_is_reverted_or_adopted_while_complete_and_only_reported_under_report() 
         }
     }
 }
+
+/// Durations a clock cannot hold (`999999999999h` is 114 million years) are refused by
+/// `validate`, naming each field, and nothing reaches a region.
+#[test]
+fn a_duration_past_its_ceiling_is_invalid_spec_naming_the_field() {
+    let huge = "999999999999h";
+    let cases = [
+        ("spec.progressDeadline", json!({"progressDeadline": huge})),
+        (
+            "spec.stages[0].progressDeadline",
+            json!({"stages": [{"name": "canary", "regions": {"names": ["c1"]}, "progressDeadline": huge}]}),
+        ),
+        (
+            "spec.stages[0].pause.duration",
+            json!({"stages": [{"name": "canary", "regions": {"names": ["c1"]}, "pause": {"duration": huge}}]}),
+        ),
+        (
+            "spec.gates[0].interval",
+            json!({"gates": [{"name": "g", "query": "up", "condition": "result > 0", "interval": huge}]}),
+        ),
+        (
+            "spec.gates[0].initialDelay",
+            json!({"gates": [{"name": "g", "query": "up", "condition": "result > 0", "initialDelay": huge}]}),
+        ),
+        (
+            "spec.strategy.contract.pause.duration",
+            json!({"strategy": {"contract": {"pause": {"duration": huge}}}}),
+        ),
+        (
+            "spec.gates[0].count",
+            json!({"gates": [{"name": "g", "query": "up", "condition": "result > 0", "count": 2_000_000_000}]}),
+        ),
+    ];
+    for (field, edit) in cases {
+        let mut value = json!({
+            "stages": [{"name": "canary", "regions": {"names": ["c1"]}}],
+        });
+        for (key, part) in edit.as_object().unwrap() {
+            value[key] = part.clone();
+        }
+        let spec = spec(value);
+        let errors = validate(&spec);
+        assert!(
+            errors.iter().any(|error| error.field == field),
+            "{field}: {errors:?}"
+        );
+        let mut world = World::new(spec, &["c1"]);
+        world.run(5, 3_600);
+        assert!(world.publishes().is_empty(), "{field}: published");
+        let message = world
+            .condition(conditions::INVALID_SPEC)
+            .map(|condition| condition.message.clone())
+            .unwrap_or_default();
+        assert!(message.contains(field), "{field}: {message}");
+    }
+}
+
+/// A rollout whose gate is being sampled when its spec changes to durations no clock can
+/// hold (an object stored before the ceilings, or a cluster without the schema's rules)
+/// is sampled and decided without a panic: refused, with nothing more published.
+#[test]
+fn a_rollout_under_way_edited_to_huge_durations_stops_without_a_panic() {
+    let gated = |interval: &str, delay: &str, pause: &str, deadline: &str| {
+        spec(json!({
+            "gates": [{"name": "errors", "query": "up{region=\"{{region}}\"}",
+                       "condition": "result < 0.5", "interval": interval,
+                       "initialDelay": delay, "count": 3}],
+            "stages": [
+                {"name": "canary", "regions": {"names": ["c1"]}, "gates": ["errors"],
+                 "pause": {"duration": pause}, "progressDeadline": deadline},
+                {"name": "rest", "regions": {"names": ["w1"]}},
+            ],
+            "progressDeadline": deadline,
+        }))
+    };
+    let mut world = World::new(gated("1s", "1s", "1s", "10m"), &["c1", "w1"]);
+    world.run(3, 1);
+    assert_eq!(world.status.stages[0].state, StageState::Verifying);
+    let huge = "999999999999h";
+    world.spec = gated(huge, huge, huge, huge);
+    world.generation += 1;
+    let published = world.publishes().len();
+    world.run(5, 3_600);
+    assert!(world.condition_true(conditions::INVALID_SPEC));
+    assert_eq!(world.publishes().len(), published);
+}

@@ -624,11 +624,12 @@ impl Hub {
             stamp,
             &changes,
         );
-        let materialized = match tokio::time::timeout(self.timeout * 3, written).await {
+        let materialized = match tokio::time::timeout(self.timeout.saturating_mul(3), written).await
+        {
             Err(_) => {
                 return Err(CliError::Timeout {
                     what: format!("writing the override in region {region}"),
-                    after: self.timeout * 3,
+                    after: self.timeout.saturating_mul(3),
                 });
             }
             Ok(result) => result.map_err(|e| {

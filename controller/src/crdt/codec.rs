@@ -299,7 +299,8 @@ fn check_version(found: Option<u64>) -> Result<(), CodecError> {
 fn decode_writers(wire: &[Cow<'_, str>]) -> Result<Vec<WriterId>, CodecError> {
     let mut writers: Vec<WriterId> = Vec::with_capacity(wire.len());
     for (index, text) in wire.iter().enumerate() {
-        if index > 0 && wire[index - 1].as_ref() >= text.as_ref() {
+        let previous = index.checked_sub(1).and_then(|previous| wire.get(previous));
+        if previous.is_some_and(|previous| previous.as_ref() >= text.as_ref()) {
             return Err(CodecError::WriterOrder {
                 index,
                 writer: quoted(text),

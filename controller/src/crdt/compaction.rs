@@ -108,9 +108,12 @@ pub fn stamp_above(replica: &Replica, wall_ms: u64, writer: super::WriterId) -> 
         .chain(replica.horizon())
         .max();
     match floor {
-        Some(floor) if floor.wall_ms >= wall_ms => {
-            Stamp::new(floor.wall_ms, floor.logical.saturating_add(1), writer)
-        }
+        // The next reading after the floor, carrying into the wall time as the clock
+        // does when the counter is full (a decoded companion may hold any counter).
+        Some(floor) if floor.wall_ms >= wall_ms => match floor.logical.checked_add(1) {
+            Some(logical) => Stamp::new(floor.wall_ms, logical, writer),
+            None => Stamp::new(floor.wall_ms.saturating_add(1), 0, writer),
+        },
         _ => Stamp::new(wall_ms, 0, writer),
     }
 }

@@ -138,7 +138,7 @@ impl<C: PhysicalClock> Hlc<C> {
         if remote.wall_ms > physical.saturating_add(self.max_drift_ms) {
             return Err(ClockError::TooFarAhead {
                 writer: remote.writer.clone(),
-                ahead_ms: remote.wall_ms - physical,
+                ahead_ms: remote.wall_ms.saturating_sub(physical),
                 local_ms: physical,
                 max_drift_ms: self.max_drift_ms,
             });

@@ -93,19 +93,19 @@ impl MergeOutcome {
     fn record(&mut self, local: &Entry, incoming: &Entry) -> bool {
         let order = incoming.precedence(local);
         if order != Ordering::Equal && incoming.stamp == local.stamp {
-            self.conflicts += 1;
+            self.conflicts = self.conflicts.saturating_add(1);
         }
         match order {
             Ordering::Greater => {
-                self.won += 1;
+                self.won = self.won.saturating_add(1);
                 true
             }
             Ordering::Less => {
-                self.lost += 1;
+                self.lost = self.lost.saturating_add(1);
                 false
             }
             Ordering::Equal => {
-                self.unchanged += 1;
+                self.unchanged = self.unchanged.saturating_add(1);
                 false
             }
         }
@@ -167,7 +167,7 @@ impl Delta {
     /// Joins another delta into this one, in one pass over both.
     pub fn merge(&mut self, other: &Delta) {
         let mine = std::mem::take(&mut self.entries);
-        let mut merged = Vec::with_capacity(mine.len() + other.len());
+        let mut merged = Vec::with_capacity(mine.len().saturating_add(other.len()));
         let mut theirs = other.entries.iter().peekable();
         for (key, entry) in mine {
             while let Some((their_key, their_entry)) = theirs.next_if(|(their, _)| *their < key) {
@@ -402,7 +402,7 @@ impl Replica {
     pub(super) fn retain_entries(&mut self, mut keep: impl FnMut(&str, &Entry) -> bool) -> usize {
         let before = self.len();
         self.entries.retain(|(key, entry)| keep(key, entry));
-        before - self.len()
+        before.saturating_sub(self.len())
     }
 
     /// A replica from parts the codec has already validated (sorted unique keys, frontiers
@@ -450,9 +450,11 @@ impl Replica {
                     }
                 }
                 // Merged before and outlived: its tombstone was collected.
-                Err(_) if self.is_below_horizon(&entry.stamp) => outcome.lost += 1,
+                Err(_) if self.is_below_horizon(&entry.stamp) => {
+                    outcome.lost = outcome.lost.saturating_add(1)
+                }
                 Err(at) => {
-                    outcome.won += 1;
+                    outcome.won = outcome.won.saturating_add(1);
                     added.push((at, (Arc::clone(key), entry.clone())));
                 }
             }
@@ -471,13 +473,13 @@ fn insert_sorted<T>(run: &mut Vec<T>, added: Vec<(usize, T)>) {
     }
     let old = std::mem::take(run);
     let old_len = old.len();
-    let mut merged = Vec::with_capacity(old_len + added.len());
+    let mut merged = Vec::with_capacity(old_len.saturating_add(added.len()));
     let mut old = old.into_iter();
     let mut taken = 0;
     for (at, item) in added {
         // Clamped so that a misordered caller misorders the run rather than losing items.
         let at = at.clamp(taken, old_len);
-        merged.extend(old.by_ref().take(at - taken));
+        merged.extend(old.by_ref().take(at.saturating_sub(taken)));
         merged.push(item);
         taken = at;
     }

@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::api::{ControlRecord, RolloutPhase, StageState, conditions};
 
-use super::clock::{from_time, to_time};
+use super::clock::{after, from_time, to_time};
 use super::revisions::{OUTCOME_ABORTED, set_outcome};
 use super::{Draft, EventType};
 
@@ -58,7 +58,7 @@ pub(super) fn apply(draft: &mut Draft<'_>) {
     let Some(retry_at) = fresh(control.retry_requested_at, &settled) else {
         return;
     };
-    if retry_at > draft.now + MAX_REQUEST_SKEW {
+    if retry_at > after(draft.now, MAX_REQUEST_SKEW) {
         refuse_retry(draft, retry_at);
         return;
     }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::api::{Approval, CONTRACT_STAGE, RevisionStep, RolloutPhase};
 
-use super::clock::{from_time, spec_duration};
+use super::clock::{after, from_time, spec_duration};
 use super::revisions::{OUTCOME_COMPLETE, fresh_stages, set_outcome};
 use super::{Draft, EventType, approvals};
 
@@ -43,7 +43,7 @@ pub(super) fn finish_pass(draft: &mut Draft<'_>) -> bool {
         .as_ref()
         .and_then(|p| spec_duration(&p.duration))
     {
-        let ends = expand_finished_at(draft) + pause;
+        let ends = after(expand_finished_at(draft), pause);
         if draft.now < ends {
             draft.status.current_stage = Some(CONTRACT_STAGE.to_owned());
             draft.wake_at(ends);

@@ -11,7 +11,7 @@ use crate::api::{
     DEFAULT_PROGRESS_DEADLINE, OnFailure, RevisionStep, RolloutPhase, StageState, conditions,
 };
 
-use super::clock::{from_time, spec_duration};
+use super::clock::{after, from_time, spec_duration};
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
 use super::{Draft, EventType, control};
 
@@ -180,7 +180,7 @@ fn rollback_expired(draft: &mut Draft<'_>) -> bool {
     else {
         return false;
     };
-    let expires = began + deadline;
+    let expires = after(began, deadline);
     if draft.now >= expires {
         return true;
     }

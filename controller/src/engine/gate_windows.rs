@@ -22,7 +22,7 @@ use crate::gates::{
     Condition, QueryResult, TemplateValues, Verdict, evaluate, render, uses_placeholder,
 };
 
-use super::clock::{from_time, spec_duration, to_time};
+use super::clock::{after, from_time, spec_duration, to_time};
 use super::observations::GateSampleObservation;
 use super::{Draft, MAX_SAMPLES_PER_GATE, SampleTally};
 
@@ -114,7 +114,7 @@ impl Schedule {
             .and_then(spec_duration)
             .unwrap_or_default();
         Schedule {
-            opens: verified_at + delay,
+            opens: after(verified_at, delay),
             interval: spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1)),
         }
     }
@@ -122,7 +122,7 @@ impl Schedule {
     /// When the window's next sample is due.
     fn next_sample_at(&self, window: &GateStatus) -> DateTime<Utc> {
         match window.samples.last() {
-            Some(last) => (from_time(&last.at) + self.interval).max(self.opens),
+            Some(last) => after(from_time(&last.at), self.interval).max(self.opens),
             None => self.opens,
         }
     }
@@ -286,8 +286,8 @@ fn record_samples<'o>(
         }
         let evaluation = evaluate(condition, &sample.result);
         if let QueryResult::Error(why) = &sample.result {
-            window.consecutive_errors += 1;
-            tally.errors += 1;
+            window.consecutive_errors = window.consecutive_errors.saturating_add(1);
+            tally.errors = tally.errors.saturating_add(1);
             window.samples.push(GateSample {
                 at: to_time(sample.at),
                 value: None,
@@ -304,18 +304,18 @@ fn record_samples<'o>(
         window.consecutive_errors = 0;
         let (verdict, message) = match evaluation.verdict {
             Verdict::Successful => {
-                window.successes += 1;
-                tally.successful += 1;
+                window.successes = window.successes.saturating_add(1);
+                tally.successful = tally.successful.saturating_add(1);
                 (SampleVerdict::Successful, None)
             }
             Verdict::Failed => {
-                window.failures += 1;
-                tally.failed += 1;
+                window.failures = window.failures.saturating_add(1);
+                tally.failed = tally.failed.saturating_add(1);
                 (SampleVerdict::Failed, Some("condition not met".to_owned()))
             }
             Verdict::Inconclusive => {
-                window.inconclusives += 1;
-                tally.inconclusive += 1;
+                window.inconclusives = window.inconclusives.saturating_add(1);
+                tally.inconclusive = tally.inconclusive.saturating_add(1);
                 let reason = evaluation
                     .reason
                     .map_or("inconclusive", |reason| reason.as_str());

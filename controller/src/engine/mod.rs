@@ -254,7 +254,7 @@ impl<'a> Draft<'a> {
     /// Asks to look at the regions again soon.
     fn poll_regions(&mut self) {
         let poll = chrono::TimeDelta::from_std(REGION_POLL_INTERVAL).unwrap_or_default();
-        self.wake_at(self.now + poll);
+        self.wake_at(clock::after(self.now, poll));
     }
 
     fn event(&mut self, type_: EventType, reason: &str, message: String) {

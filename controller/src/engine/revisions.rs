@@ -48,7 +48,9 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         .filter_map(revision_number)
         .max()
         .unwrap_or(0);
-    let name = format!("r{}", highest + 1);
+    // Revision numbers are read back from the status, which is not counted on to stay
+    // below the end of the range: saturate rather than panic.
+    let name = format!("r{}", highest.saturating_add(1));
     if let Some(previous) = draft.status.history.last_mut()
         && previous.outcome.is_none()
     {

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::api::{DEFAULT_PROGRESS_DEADLINE, RolloutPhase, StageState, StageStatus, conditions};
 
-use super::clock::{from_time, spec_duration, to_time};
+use super::clock::{after, from_time, spec_duration, to_time};
 use super::gate_windows::{self, StageGates};
 use super::{Draft, EventType, approvals, expand_contract, failure, regions};
 
@@ -192,7 +192,7 @@ fn bake_end(draft: &Draft<'_>, index: usize) -> DateTime<Utc> {
         .as_ref()
         .and_then(|pause| spec_duration(&pause.duration))
         .unwrap_or_default();
-    gates_passed_at + pause
+    after(gates_passed_at, pause)
 }
 
 /// When the stage's deadline clock started: its start, or the last resume from a pause,
@@ -245,7 +245,7 @@ fn check_deadline(draft: &mut Draft<'_>, index: usize, pending: &[String]) {
     let Some(clock_start) = deadline_clock_start(draft, index) else {
         return;
     };
-    let expires = clock_start + deadline;
+    let expires = after(clock_start, deadline);
     if draft.now < expires {
         draft.wake_at(expires);
         return;

@@ -173,6 +173,13 @@ struct Parser<'a> {
     in_quantifier: bool,
 }
 
+// Positions are byte offsets into the condition (at most MAX_CONDITION_LENGTH bytes) plus
+// lengths of its own parts, and the depth is bounded by MAX_DEPTH: no sum here can
+// overflow, and every index is checked by the slice it takes.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "offsets within one bounded string"
+)]
 impl Parser<'_> {
     fn rest(&self) -> &str {
         &self.input[self.position..]

@@ -72,6 +72,10 @@ pub fn render(query: &str, values: &TemplateValues<'_>) -> Result<String, Templa
     })
 }
 
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "offsets within one string, each found by a search of it"
+)]
 fn substitute(query: &str, value_of: impl Fn(&str) -> String) -> Result<String, TemplateError> {
     let mut rendered = String::with_capacity(query.len());
     let mut cursor = 0;
