@@ -40,6 +40,7 @@ use crate::shutdown::Signals;
 use crate::telemetry::health::{self, Health, ServerLimits};
 use crate::telemetry::logging::{self, LogFormat};
 use crate::telemetry::metrics::{Census, Metrics, RegionState};
+use crate::telemetry::panics;
 
 /// Name the controller reports events and writes as.
 pub const CONTROLLER_NAME: &str = "configrollout-controller";
@@ -67,10 +68,27 @@ pub enum AppError {
         /// Why.
         reason: String,
     },
+    /// A task the controller cannot work without ended (the work loop, the elector or
+    /// the region probe): the process released its Lease and exits so that a standby, or
+    /// the restarted pod, takes over at once.
+    #[error("{0}: the Lease was released and the process exits")]
+    TaskEnded(&'static str),
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
     crate::api::parse_duration(text).map_err(|error| error.to_string())
+}
+
+/// The longest Lease the controller takes: a standby waits this long for a leader that
+/// died, and every renewal time is derived from it.
+const MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
+
+fn lease_duration(text: &str) -> Result<Duration, String> {
+    let duration = duration(text)?;
+    if duration < Duration::from_secs(1) || duration > MAX_LEASE_DURATION {
+        return Err("expected a duration between 1s and 1h".to_owned());
+    }
+    Ok(duration)
 }
 
 fn positive(text: &str) -> Result<usize, String> {
@@ -232,7 +250,7 @@ pub struct Options {
         hide_env_values = true,
         value_name = "DURATION",
         default_value = "15s",
-        value_parser = duration
+        value_parser = lease_duration
     )]
     pub lease_duration: Duration,
     /// Let Region kubeconfigs run commands, read the controller's files and skip TLS
@@ -329,6 +347,7 @@ pub fn main() -> std::process::ExitCode {
 pub async fn run(options: Options) -> Result<(), AppError> {
     logging::init(options.log_format, &options.log_filter)
         .map_err(|e| AppError::Startup(e.to_string()))?;
+    panics::install_hook();
     // reqwest is built without a bundled TLS provider; use ring, as kube does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut signals = Signals::install().map_err(|e| AppError::Startup(e.to_string()))?;
@@ -449,17 +468,20 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     )));
 
     // Until a signal, every task runs for good: one that ends has failed, and the process
-    // can no longer do its work. /healthz says so, and the kubelet restarts the pod
-    // (stopping it with SIGTERM, so the Lease is still released below).
-    let signal = tokio::select! {
-        signal = signals.recv() => signal,
+    // can no longer do its work. It stops as on a signal (the Lease is released below) and
+    // exits non-zero: a standby takes the Lease at once, and the kubelet restarts the pod,
+    // rather than a leader holding the Lease while nothing is reconciled.
+    let ended = tokio::select! {
+        signal = signals.recv() => {
+            tracing::info!(signal = signal.as_str(), "stopping: no new work");
+            None
+        }
         reason = tasks.first_to_end() => {
-            tracing::error!(reason, "a task the controller needs ended: /healthz fails until the process is restarted");
+            tracing::error!(reason, "a task the controller needs ended: releasing the Lease and exiting");
             health.mark_dead(reason);
-            signals.recv().await
+            Some(reason)
         }
     };
-    tracing::info!(signal = signal.as_str(), "stopping: no new work");
     health.mark_stopping();
     stop_work.cancel();
     // Shutdown is one-way and bounded whatever the hub does: the reconciles in flight get
@@ -499,7 +521,10 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         tracing::warn!("probe server still answering: stopped");
     }
     tracing::info!("stopped");
-    Ok(())
+    match ended {
+        Some(reason) => Err(AppError::TaskEnded(reason)),
+        None => Ok(()),
+    }
 }
 
 /// The long-running tasks of the process. Each runs until the process stops; a slot is
@@ -942,7 +967,11 @@ mod tests {
 
     #[test]
     fn a_malformed_duration_or_address_is_refused_naming_the_flag() {
-        for args in [["--lease-duration", "soon"], ["--probe-addr", "nowhere"]] {
+        for args in [
+            ["--lease-duration", "soon"],
+            ["--lease-duration", "999999999999h"],
+            ["--probe-addr", "nowhere"],
+        ] {
             let error = parse(&args).unwrap_err();
             assert_eq!(error.exit_code(), 2);
             assert!(error.to_string().contains(args[0]), "{error}");

@@ -640,16 +640,33 @@ impl Lab {
         identity: &str,
         args: &[std::ffi::OsString],
     ) -> Result<crate::LabChild, LabError> {
+        self.start_controller_with_env(binary, identity, args, &[])
+    }
+
+    /// [`Lab::start_controller`] with more environment variables (for example the one
+    /// that arms the test build's fault injection).
+    pub fn start_controller_with_env(
+        &self,
+        binary: &Path,
+        identity: &str,
+        args: &[std::ffi::OsString],
+        extra_envs: &[(&str, &str)],
+    ) -> Result<crate::LabChild, LabError> {
         let mut all: Vec<std::ffi::OsString> =
             ["--namespace", SYSTEM_NAMESPACE, "--identity", identity]
                 .iter()
                 .map(std::ffi::OsString::from)
                 .collect();
         all.extend(args.iter().cloned());
-        let envs = [(
+        let mut envs = vec![(
             "KUBECONFIG".to_owned(),
             self.kubeconfig(HUB, User::Controller)?.into_os_string(),
         )];
+        envs.extend(
+            extra_envs
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), std::ffi::OsString::from(value))),
+        );
         self.spawn(identity, binary, &all, &envs)
     }
 

@@ -617,7 +617,9 @@ fn assert_nothing_written_outside_the_grant(t: &Tenancy) {
         let target = config_map.trim_end_matches(".configrollout-state");
         match namespace {
             TENANT => target != "legacy",
-            "app" => region != "region-3" && target == "limits",
+            "app" => {
+                (region != "region-3" && target == "limits") || OTHER_TEAM_TARGETS.contains(&target)
+            }
             _ => false,
         }
     };
@@ -630,14 +632,162 @@ fn assert_nothing_written_outside_the_grant(t: &Tenancy) {
     assert!(outside.is_empty(), "written outside the grant: {outside:?}");
 }
 
+/// Targets of the other team's rollouts (hub namespace `team`, granted `app`), which the
+/// controller keeps serving while tenant-a's specs try to stop it.
+const OTHER_TEAM_TARGETS: [&str; 3] = [
+    "after-huge-durations",
+    "beside-the-panic",
+    "after-the-panic",
+];
+
+/// A tenant's durations that no clock can hold (issue: one tenant's `999999999999h`
+/// stopped the controller for every team) are refused at apply, naming the field, and
+/// the controller goes on: another team's rollout completes within its idle time.
+async fn no_tenant_duration_stops_the_controller(t: &Tenancy, probe_addr: &str) {
+    let huge = "999999999999h";
+    let one_stage = |extra: &str| {
+        format!("  stages:\n    - {{name: all, regions: {{names: [region-1]}}{extra}}}\n")
+    };
+    let gate = |field: &str| {
+        format!(
+            "  gates:\n    - {{name: errors, query: up, condition: result > 0, {field}: {huge}}}\n"
+        )
+    };
+    let variants = [
+        (
+            "huge-stage-deadline",
+            one_stage(&format!(", progressDeadline: {huge}")),
+            "spec.stages[].progressDeadline must be at most 8760h",
+        ),
+        (
+            "huge-pause",
+            one_stage(&format!(", pause: {{duration: {huge}}}")),
+            "pause.duration must be at most 8760h",
+        ),
+        (
+            "huge-gate-interval",
+            format!("{}{}", gate("interval"), one_stage(", gates: [errors]")),
+            "spec.gates[].interval must be at most 24h",
+        ),
+        (
+            "huge-rollout-deadline",
+            format!("  progressDeadline: {huge}\n{}", one_stage("")),
+            "spec.progressDeadline must be at most 8760h",
+        ),
+    ];
+    for (name, rest, message) in &variants {
+        let refused = t
+            .create(&rollout(name, TENANT, name, rest))
+            .await
+            .expect_err("a duration past its ceiling is refused at apply");
+        assert!(refused.to_string().contains(message), "{name}: {refused}");
+    }
+
+    // Another team's plain rollout completes within the controller's idle requeue.
+    t.world
+        .create_rollout(&rollout_yaml(
+            "after-huge-durations",
+            "  data: {limit: \"5\"}\n  stages:\n    - {name: all, regions: {names: [region-1]}}\n",
+        ))
+        .await;
+    t.world
+        .wait_condition(
+            "after-huge-durations",
+            "Complete",
+            configrollout::reconcile::IDLE_REQUEUE,
+        )
+        .await;
+    assert_healthy(probe_addr).await;
+}
+
+/// A reconcile that panics (a bug, injected by the test build's annotation) stops only
+/// its own rollout: it says ReconcileFailed with reason InternalError and where, the
+/// panic is counted, the controller stays healthy and every other rollout completes,
+/// before and after.
+async fn a_panic_stays_in_its_rollout(t: &Tenancy, probe_addr: &str) {
+    let plain = |name: &str| {
+        rollout_yaml(
+            name,
+            "  data: {limit: \"7\"}\n  stages:\n    - {name: all, regions: {names: [region-1, region-2]}, maxParallel: 2}\n",
+        )
+    };
+    let panicking = plain("panicking").replace(
+        "  name: panicking\n",
+        &format!(
+            "  name: panicking\n  annotations: {{{}: \"true\"}}\n",
+            configrollout::reconcile::fault_injection::PANIC_ANNOTATION
+        ),
+    );
+    t.world.create_rollout(&panicking).await;
+    t.world.create_rollout(&plain("beside-the-panic")).await;
+    let failed = t
+        .world
+        .wait_condition("panicking", "ReconcileFailed", PROGRESS)
+        .await;
+    let condition = failed
+        .status
+        .as_ref()
+        .and_then(|status| status.true_condition("ReconcileFailed"))
+        .expect("the condition is true");
+    assert_eq!(condition.reason, "InternalError", "{}", condition.message);
+    assert!(
+        condition
+            .message
+            .contains("controller/src/reconcile/fault_injection.rs:"),
+        "{}",
+        condition.message
+    );
+    t.world
+        .wait_condition("beside-the-panic", "Complete", PROGRESS)
+        .await;
+    // The loop is still taking new work, and still retrying the panicking rollout.
+    t.world.create_rollout(&plain("after-the-panic")).await;
+    t.world
+        .wait_condition("after-the-panic", "Complete", PROGRESS)
+        .await;
+    for region in ["region-1", "region-2"] {
+        assert!(t.world.target_data(region, "panicking").await.is_none());
+    }
+    let metrics = scrape(&format!("http://{probe_addr}/metrics")).await;
+    assert!(
+        sample(
+            &metrics,
+            "configrollout_reconcile_errors_total{category=\"panic\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert_healthy(probe_addr).await;
+}
+
+async fn assert_healthy(probe_addr: &str) {
+    let http = reqwest::Client::builder()
+        .timeout(CALL)
+        .build()
+        .expect("http client");
+    let (status, body) = within("ask /healthz", async {
+        let answer = http
+            .get(format!("http://{probe_addr}/healthz"))
+            .send()
+            .await?;
+        let status = answer.status();
+        answer.text().await.map(|body| (status, body))
+    })
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenants_stay_inside_their_grant() {
     let t = set_up().await;
-    let controller = t.world.start_controller_with(
+    let probe_addr = free_local_addr();
+    let controller = t.world.start_controller_with_env(
         "controller-tenancy",
-        "127.0.0.1:0",
+        &probe_addr,
         &["--prometheus-max-series", "2"],
+        &[(configrollout::reconcile::fault_injection::ARM_VARIABLE, "1")],
     );
+    no_tenant_duration_stops_the_controller(&t, &probe_addr).await;
+    a_panic_stays_in_its_rollout(&t, &probe_addr).await;
     an_empty_consumer_selector_is_refused(&t).await;
     a_region_without_list_and_watch_is_read_every_time(&t, &controller).await;
     the_controller_refuses_escapes_on_its_own(&t).await;

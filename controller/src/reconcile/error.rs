@@ -69,24 +69,36 @@ pub enum ReconcileError {
     /// Deleting revisions the status no longer names.
     #[error("pruning revisions: {0}")]
     Prune(#[source] HubError),
+    /// The reconcile panicked: a bug of the controller, caught so that it stops only this
+    /// rollout. Names where, never what it held.
+    #[error(
+        "internal error: the reconcile panicked at {location}; this rollout is retried with \
+         backoff while the others go on (a bug: please report it with the controller's log)"
+    )]
+    Panicked {
+        /// `file:line` of the panic.
+        location: String,
+    },
 }
 
 impl ReconcileError {
-    /// What went wrong, whatever the step.
-    pub fn cause(&self) -> &HubError {
+    /// What went wrong talking to the hub, whatever the step; `None` for a panic.
+    pub fn cause(&self) -> Option<&HubError> {
         match self {
             ReconcileError::Fetch(cause)
             | ReconcileError::Validate(cause)
             | ReconcileError::Observe(cause)
             | ReconcileError::Act(cause)
             | ReconcileError::WriteStatus(cause)
-            | ReconcileError::Prune(cause) => cause,
+            | ReconcileError::Prune(cause) => Some(cause),
+            ReconcileError::Panicked { .. } => None,
         }
     }
 
     /// The metric label, and the retry policy.
     pub fn category(&self) -> ErrorCategory {
-        self.cause().category()
+        self.cause()
+            .map_or(ErrorCategory::Panic, HubError::category)
     }
 
     /// The reason of the Event that reports this failure on its rollout.
@@ -98,13 +110,14 @@ impl ReconcileError {
             ReconcileError::Act(_) => "ActFailed",
             ReconcileError::WriteStatus(_) => "StatusWriteFailed",
             ReconcileError::Prune(_) => "PruneFailed",
+            ReconcileError::Panicked { .. } => "InternalError",
         }
     }
 
     /// When to reconcile again.
     pub fn retry_after(&self) -> Duration {
         match self.category() {
-            ErrorCategory::Api | ErrorCategory::NotLeader => ERROR_REQUEUE,
+            ErrorCategory::Api | ErrorCategory::NotLeader | ErrorCategory::Panic => ERROR_REQUEUE,
             ErrorCategory::Invalid => INVALID_REQUEUE,
         }
     }

@@ -7,6 +7,8 @@ pub mod admission_policies;
 mod collect;
 mod error;
 pub mod events;
+#[cfg(feature = "fault-injection")]
+pub mod fault_injection;
 pub mod fence;
 pub mod fetch;
 pub mod hub_cache;
@@ -34,6 +36,7 @@ use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
 use crate::regions::publication::{RevisionState, encode_revision};
 use crate::telemetry::metrics::{ErrorCategory, LabelValue, Metrics, ReconcileRecord, WriteKind};
+use crate::telemetry::panics;
 use act::ActInput;
 pub use error::{ERROR_REQUEUE, HubError, INVALID_REQUEUE, ReconcileError, RetryBackoff};
 pub use fence::WriteFence;
@@ -151,7 +154,15 @@ pub async fn reconcile(
     }
     let started = Instant::now();
     let mut record = ReconcileRecord::default();
-    let result = run_steps(&rollout, &ctx, &mut record).await;
+    // A panic stops this rollout only: kube-runtime would re-raise it in the stream every
+    // rollout shares, and end the work loop.
+    let result = panics::catch(run_steps(&rollout, &ctx, &mut record))
+        .await
+        .unwrap_or_else(|caught| {
+            Err(ReconcileError::Panicked {
+                location: caught.location_or_unknown().to_owned(),
+            })
+        });
     record.duration = started.elapsed();
     record.error = result.as_ref().err().map(ReconcileError::category);
     ctx.metrics.record_reconcile(&record);
@@ -222,6 +233,8 @@ async fn run_steps(
     ctx: &Context,
     record: &mut ReconcileRecord,
 ) -> Result<Action, ReconcileError> {
+    #[cfg(feature = "fault-injection")]
+    fault_injection::maybe_panic(rollout);
     let now = Utc::now();
     let mut fetched = fetch::fetch(ctx, rollout)
         .await

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -33,10 +34,16 @@ pub fn rollouts_for_region(
                 .status
                 .as_ref()
                 .is_some_and(|status| status.regions.iter().any(|r| r.name == name));
+            // The plan reads the tenant's selectors here, in the stream every rollout
+            // shares: should it ever panic, the rollout is taken as concerned, and its
+            // own reconcile (which catches panics) reports it.
             listed
-                || engine::selection::plan(&rollout.spec, &observed, &everywhere)
-                    .all_regions()
-                    .any(|(_, selected)| selected == name)
+                || std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    engine::selection::plan(&rollout.spec, &observed, &everywhere)
+                        .all_regions()
+                        .any(|(_, selected)| selected == name)
+                }))
+                .unwrap_or(true)
         })
         .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
         .collect()

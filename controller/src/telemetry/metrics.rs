@@ -148,6 +148,8 @@ pub enum ErrorCategory {
     Invalid,
     /// This replica stopped holding the Lease mid-reconcile.
     NotLeader,
+    /// The reconcile panicked (a bug): the rollout is retried with backoff.
+    Panic,
 }
 
 impl LabelValue for ErrorCategory {
@@ -156,12 +158,14 @@ impl LabelValue for ErrorCategory {
         ErrorCategory::Api,
         ErrorCategory::Invalid,
         ErrorCategory::NotLeader,
+        ErrorCategory::Panic,
     ];
     fn as_str(self) -> &'static str {
         match self {
             ErrorCategory::Api => "api",
             ErrorCategory::Invalid => "invalid",
             ErrorCategory::NotLeader => "not_leader",
+            ErrorCategory::Panic => "panic",
         }
     }
     fn index(self) -> usize {
@@ -1024,7 +1028,7 @@ mod tests {
                 .iter()
                 .map(|c| c.as_str())
                 .collect::<Vec<_>>(),
-            ["api", "invalid", "not_leader"]
+            ["api", "invalid", "not_leader", "panic"]
         );
         expected.retain(|line| !text.lines().any(|candidate| candidate == line));
         assert!(expected.is_empty(), "missing {expected:?} in\n{text}");

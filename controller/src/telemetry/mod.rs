@@ -3,6 +3,7 @@
 pub mod health;
 pub mod logging;
 pub mod metrics;
+pub mod panics;
 
 /// Why telemetry could not start.
 #[derive(Debug, thiserror::Error)]

@@ -104,6 +104,17 @@ impl World {
         probe_addr: &str,
         extra: &[&str],
     ) -> LabChild {
+        self.start_controller_with_env(identity, probe_addr, extra, &[])
+    }
+
+    /// A controller with `extra` flags after the usual ones and `envs` in its environment.
+    pub fn start_controller_with_env(
+        &self,
+        identity: &str,
+        probe_addr: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> LabChild {
         let args: Vec<OsString> = [
             "--lease-duration",
             LEASE,
@@ -119,7 +130,7 @@ impl World {
         .map(OsString::from)
         .collect();
         self.lab
-            .start_controller(&lab_controller_binary(), identity, &args)
+            .start_controller_with_env(&lab_controller_binary(), identity, &args, envs)
             .expect("start controller")
     }
 
