@@ -273,7 +273,7 @@ fn promtool(args: &[&str], dir: &Path) -> String {
 fn promtool_checks_and_unit_tests_the_rules() {
     let dir = chart::observability_dir();
     let checked = promtool(&["check", "rules", "configrollout-rules.yaml"], &dir);
-    assert!(checked.contains("SUCCESS: 10 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 11 rules found"), "{checked}");
     let tested = promtool(
         &["test", "rules", "tests/configrollout-rules.test.yaml"],
         &dir,
@@ -307,7 +307,7 @@ fn dashboard_and_rules_name_controller_metrics() {
     assert!(expressions.len() >= 10, "{expressions:?}");
     let rules = std::fs::read_to_string(dir.join("configrollout-rules.yaml")).expect("rules");
     let rule_exprs = rule_expressions(&rules).expect("rule expressions");
-    assert_eq!(rule_exprs.len(), 10);
+    assert_eq!(rule_exprs.len(), 11);
     let source =
         std::fs::read_to_string(repository_root().join("controller/src/telemetry/metrics.rs"))
             .expect("metrics source");

@@ -332,7 +332,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
         (!up.is_empty()).then_some(())
     })
     .await;
-    // All 10 rules loaded and evaluated without error, the gate alert not firing yet.
+    // All 11 rules loaded and evaluated without error, the gate alert not firing yet.
     eventually("the rules are loaded and evaluated", PROGRESS, || async {
         let answer = prometheus_json(world, "/api/v1/rules").await;
         let rules: Vec<&serde_json::Value> = answer["data"]["groups"]
@@ -341,7 +341,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
             .filter(|g| g["name"] == "configrollout")
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
             .collect();
-        (rules.len() == 10
+        (rules.len() == 11
             && rules
                 .iter()
                 .all(|r| r["health"] == "ok" && r["lastEvaluation"] != "0001-01-01T00:00:00Z"))
