@@ -18,13 +18,14 @@ lint:
 unit:
 	$(CARGO) test --workspace --locked
 
-# The CRDT, engine, hostile-spec, approval and tenancy properties at 100,000 cases each
+# The CRDT, engine, hostile-spec, rollout-sequence, approval and tenancy properties at
+# 100,000 cases each
 # (release build). SOAK_CASES=N changes the count.
 SOAK_CASES ?= 100000
 soak:
 	PROPTEST_CASES=$(SOAK_CASES) $(CARGO) test --locked --release -p configrollout \
 		--test crdt_properties --test engine_properties --test hostile_specs \
-		--test approval_properties --test tenancy_properties
+		--test rollout_sequences --test approval_properties --test tenancy_properties
 
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:

@@ -184,6 +184,9 @@ fn full_status_round_trips() {
         phase: Some(RolloutPhase::AwaitingApproval),
         revision: Some("r3".into()),
         step: Some(RevisionStep::Expand),
+        stable_revision: Some("r2".into()),
+        reached: vec!["eu-west-1".into()],
+        target: Some("checkout/checkout-flags".into()),
         current_stage: Some("europe".into()),
         progress: Some("1/3".into()),
         control: Some(configrollout::api::ControlRecord {

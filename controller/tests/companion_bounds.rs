@@ -56,8 +56,10 @@ fn run(collect: bool) -> Run {
         if let (Some(previous), Some(through)) = (&mut previous, &collected_through) {
             previous.collect_tombstones(through);
         }
+        // Each revision completes before the next: its predecessor is the stable one.
         let revision = RevisionState::declare(
             &format!("r{}", n + 1),
+            previous.as_ref(),
             previous.as_ref(),
             &desired(n),
             stamp,

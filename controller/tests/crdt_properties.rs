@@ -776,7 +776,15 @@ proptest! {
                         previous.collect_tombstones(through);
                     }
                     let name = format!("r{}", rollout.revisions.len() + 1);
-                    let revision = RevisionState::declare(&name, previous.as_ref(), desired, stamp);
+                    // Each revision here completes before the next: its predecessor is the
+                    // stable one, so nothing is re-stamped that did not change.
+                    let revision = RevisionState::declare(
+                        &name,
+                        previous.as_ref(),
+                        previous.as_ref(),
+                        desired,
+                        stamp,
+                    );
                     every_rollout_write.apply(&revision.own_delta());
                     rollout.revisions.push(revision);
                 }

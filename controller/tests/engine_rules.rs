@@ -754,22 +754,50 @@ fn a_new_revision_mid_rollout_supersedes_and_starts_at_the_first_stage() {
     );
 }
 
+/// An abort rolls back what was published, whatever `onFailure` says (here Halt), and
+/// publishes nothing more: not even once the stage it waited on is approved.
 #[test]
-fn abort_halts_with_reason_aborted_and_a_later_retry_resumes() {
+fn abort_rolls_back_what_was_published_and_publishes_nothing_more() {
     let mut value = three_stages();
     value["stages"][1]["approval"] = json!("Required");
     let mut world = World::new(spec(value), &ALL);
     world.run(3, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
     world.control.abort_requested_at = Some(world.now);
     world.run(3, 1);
-    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
     assert_eq!(world.halted_reason().as_deref(), Some("Aborted"));
+    assert_eq!(world.rollbacks(), ["c1"]);
     world.approve("ok", "wave1", "r1");
     world.run(3, 1);
     assert_eq!(
         world.publishes().len(),
         1,
         "an aborted rollout publishes nothing"
+    );
+    // A retry does not bring a rolled-back revision back: a new revision does.
+    world.control.retry_requested_at = Some(world.now);
+    world.run(3, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::RolledBack));
+    assert_eq!(world.publishes().len(), 1);
+}
+
+/// An abort before anything was published halts (there is nothing to roll back), and a
+/// later retry resumes it.
+#[test]
+fn abort_before_any_publish_halts_and_a_later_retry_resumes() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.region("c1").reachable = false;
+    world.run(2, 1);
+    world.control.abort_requested_at = Some(world.now);
+    world.run(2, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    assert_eq!(world.halted_reason().as_deref(), Some("Aborted"));
+    world.region("c1").reachable = true;
+    world.run(3, 1);
+    assert!(
+        world.publishes().is_empty(),
+        "a halted rollout publishes nothing"
     );
     world.control.retry_requested_at = Some(world.now);
     world.run(8, 1);
@@ -1218,4 +1246,62 @@ fn a_rollout_under_way_edited_to_huge_durations_stops_without_a_panic() {
     world.run(5, 3_600);
     assert!(world.condition_true(conditions::INVALID_SPEC));
     assert_eq!(world.publishes().len(), published);
+}
+
+/// An approval names what the stage does: once the stage's regions, parallelism or gates
+/// are edited, the approval given for it no longer counts, and the stage waits again.
+#[test]
+fn an_approval_is_void_once_its_stage_is_edited() {
+    let mut value = three_stages();
+    value["stages"][1]["approval"] = json!("Required");
+    let mut world = World::new(spec(value.clone()), &ALL);
+    world.run(3, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+    world.approve("ok", "wave1", "r1");
+    // Before the stage starts, someone widens it: the approval was for one region at a
+    // time over w1 and w2, not for this.
+    value["stages"][1]["maxParallel"] = json!(1);
+    value["stages"][1]["regions"] = json!({"names": ["w1", "w2", "x1"]});
+    value["stages"][2]["regions"] = json!({"names": ["x2", "x3"]});
+    world.spec = spec(value.clone());
+    world.generation += 1;
+    world.run(3, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
+    assert!(
+        world.publishes().iter().all(|(region, ..)| region == "c1"),
+        "{:?}",
+        world.publishes()
+    );
+    // An approval of the stage as it is now counts.
+    world.approve("again", "wave1", "r1");
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+}
+
+/// The target of a rollout cannot change: its revisions live beside the target in every
+/// region. A spec naming another target is refused, naming the field, and nothing is
+/// written; naming the old one again lets the rollout go on.
+#[test]
+fn a_rollout_cannot_change_its_target() {
+    let value = three_stages();
+    let mut world = World::new(spec(value.clone()), &ALL);
+    world.run(2, 1);
+    let published = world.publishes().len();
+    let mut moved = value.clone();
+    moved["target"] = json!({"namespace": "app", "name": "other-config"});
+    world.spec = spec(moved);
+    world.generation += 1;
+    world.run(5, 1);
+    assert_eq!(world.publishes().len(), published);
+    let invalid = world.condition(conditions::INVALID_SPEC).unwrap();
+    assert_eq!(invalid.status, "True");
+    assert!(
+        invalid.message.contains("spec.target") && invalid.message.contains("app/app-config"),
+        "{}",
+        invalid.message
+    );
+    world.spec = spec(value);
+    world.generation += 1;
+    world.run(10, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
 }

@@ -309,6 +309,27 @@ func TestStageApprovalCannotBeEdited(t *testing.T) {
 	}
 }
 
+// A rollout's target cannot be changed (its state lives beside it in every region);
+// everything else of the target, and the rest of the spec, can.
+func TestRolloutTargetCannotBeChanged(t *testing.T) {
+	k := kinds(t)["ConfigRollout"]
+	old := fixture(t, "rollout-basic.yaml")
+	for _, path := range []string{"spec.target.name", "spec.target.namespace"} {
+		edited := fixture(t, "rollout-basic.yaml")
+		set(t, edited, path, "elsewhere")
+		_, errs := k.Admit(edited, old)
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "spec.target is immutable") {
+			t.Fatalf("edit of %s: got %v, want the immutability refusal", path, errs)
+		}
+	}
+	adopting := fixture(t, "rollout-basic.yaml")
+	set(t, adopting, "spec.target.adopt", true)
+	set(t, adopting, "spec.paused", true)
+	if _, errs := k.Admit(adopting, old); len(errs) > 0 {
+		t.Fatalf("edit of adopt and paused refused: %v", errs)
+	}
+}
+
 // The largest rollout the schema admits is still evaluated within the apiserver's
 // runtime CEL budget.
 func TestLargestRolloutStaysWithinTheRuntimeBudget(t *testing.T) {

@@ -294,6 +294,7 @@ async fn install_policies(world: &World) {
             stage: "prod".into(),
             revision: "r1".into(),
             revision_digest: MADE_UP_DIGEST.into(),
+            stage_digest: MADE_UP_DIGEST.into(),
             approver: User::ApproverBob.name().into(),
             reason: None,
         },

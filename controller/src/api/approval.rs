@@ -69,6 +69,11 @@ pub struct StageApprovalSpec {
     /// is for exactly this content, never for another revision that reuses the name.
     #[schemars(length(min = 1), transform = schema::max_length(MAX_DIGEST_LENGTH))]
     pub revision_digest: String,
+    /// What the stage does, as the approver saw it: [`stage_digest`] of the rollout's
+    /// spec (the stage's definition, the gates it names, the target; for `contract`, the
+    /// contract step). An edit of any of them voids the approval.
+    #[schemars(length(min = 1), transform = schema::max_length(MAX_DIGEST_LENGTH))]
+    pub stage_digest: String,
     /// Who approves; the shipped admission policy requires it to be the requesting user.
     #[schemars(length(min = 1), transform = schema::max_length(MAX_APPROVER_LENGTH))]
     pub approver: String,
@@ -117,10 +122,36 @@ impl StageApprovalSpec {
             stage: stage.to_owned(),
             revision: revision.to_owned(),
             revision_digest: digest,
+            stage_digest: stage_digest(&rollout.spec, stage)?,
             approver: approver.to_owned(),
             reason,
         })
     }
+}
+
+/// What the stage `stage` of `spec` does, as a SHA-256 in hex: its definition (regions,
+/// parallelism, approval, pause, gates, deadline), the definitions of the gates it names,
+/// and the target; for [`CONTRACT_STAGE`], the contract step and the target. `None` when
+/// the spec has no such stage. Not keyed: it covers the spec, which the approver reads.
+pub fn stage_digest(spec: &super::ConfigRolloutSpec, stage: &str) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let target = (&spec.target.namespace, &spec.target.name);
+    let covered = if stage == CONTRACT_STAGE {
+        serde_json::to_vec(&(target, &spec.strategy))
+    } else {
+        let definition = spec
+            .stages
+            .iter()
+            .find(|candidate| candidate.name == stage)?;
+        let gates: Vec<&super::Gate> = definition
+            .gates
+            .iter()
+            .filter_map(|name| spec.gates.iter().find(|gate| &gate.name == name))
+            .collect();
+        serde_json::to_vec(&(target, definition, gates))
+    }
+    .ok()?;
+    Some(hex::encode(Sha256::digest(covered)))
 }
 
 fn immutable(schema: &mut Schema) {

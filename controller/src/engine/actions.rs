@@ -17,6 +17,9 @@ pub enum Action {
         digest: String,
         /// The stamp from [`crate::engine::Observations::fresh_stamp`].
         stamp: String,
+        /// The rollout's stable revision (the last that completed), whose values the new
+        /// revision's rollback restores; `None` when none has completed.
+        stable: Option<String>,
     },
     /// Merge the revision's delta for `step` into the region's replica.
     Publish {

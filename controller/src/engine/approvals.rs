@@ -12,7 +12,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, StageState};
+use crate::api::{
+    Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, StageState, stage_digest,
+};
 
 use super::clock::{from_time, to_time};
 use super::observations::{ApprovalObservation, Observations};
@@ -23,11 +25,17 @@ struct Wanted<'a> {
     stage: &'a str,
     revision: &'a str,
     digest: &'a str,
+    /// What the stage does now: an approval of anything else does not count.
+    stage_digest: String,
     declared_at: DateTime<Utc>,
 }
 
 impl<'a> Wanted<'a> {
-    fn of(status: &'a ConfigRolloutStatus, stage: &'a str) -> Option<Self> {
+    fn of(
+        spec: &ConfigRolloutSpec,
+        status: &'a ConfigRolloutStatus,
+        stage: &'a str,
+    ) -> Option<Self> {
         let revision = status.revision.as_deref()?;
         let record = status
             .history
@@ -46,6 +54,7 @@ impl<'a> Wanted<'a> {
             stage,
             revision,
             digest: record.digest.as_deref()?,
+            stage_digest: stage_digest(spec, stage)?,
             declared_at,
         })
     }
@@ -56,6 +65,7 @@ impl<'a> Wanted<'a> {
             && approval.stage == self.stage
             && approval.revision == self.revision
             && approval.revision_digest == self.digest
+            && approval.stage_digest == self.stage_digest
             && approval.created_at >= self.declared_at
     }
 }
@@ -90,7 +100,7 @@ pub(super) fn verified<'o>(
     obs: &'o Observations,
     stage: &str,
 ) -> Option<&'o ApprovalObservation> {
-    let wanted = Wanted::of(status, stage)?;
+    let wanted = Wanted::of(spec, status, stage)?;
     let strict = four_eyes(spec, obs);
     obs.approvals
         .iter()
@@ -167,7 +177,7 @@ pub(super) fn note_refusals(draft: &mut Draft<'_>, stage_name: &str) {
     if !four_eyes(draft.spec, draft.obs) {
         return;
     }
-    let Some(wanted) = Wanted::of(&draft.status, stage_name) else {
+    let Some(wanted) = Wanted::of(draft.spec, &draft.status, stage_name) else {
         return;
     };
     let refusals: Vec<String> = draft

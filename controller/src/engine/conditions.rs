@@ -268,7 +268,10 @@ pub(super) fn refresh(draft: &mut Draft<'_>) {
             phase_name.as_str()
         },
         if rolled_back {
-            format!("{revision} was reverted in every region it reached")
+            format!(
+                "{revision} was reverted in every region it reached, to {}",
+                super::failure::restored(draft)
+            )
         } else {
             String::new()
         },

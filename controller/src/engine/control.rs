@@ -20,7 +20,7 @@ use crate::api::{ControlRecord, RolloutPhase, StageState, conditions};
 
 use super::clock::{after, from_time, to_time};
 use super::revisions::{OUTCOME_ABORTED, set_outcome};
-use super::{Draft, EventType};
+use super::{Draft, EventType, failure};
 
 /// Reason on the Halted condition when an operator aborted.
 pub const REASON_ABORTED: &str = "Aborted";
@@ -82,17 +82,25 @@ fn abort(draft: &mut Draft<'_>, requested_at: DateTime<Utc>, pending_retry: Opti
     if let Some(retry) = pending_retry {
         record.retry_at = Some(to_time(whole_seconds(retry)));
     }
+    // Nothing in flight to abort: a complete revision is the stable one, a rolled-back
+    // one runs nowhere, and a rollback already reverts what was published.
     if matches!(
         draft.status.phase,
-        Some(RolloutPhase::Halted | RolloutPhase::RolledBack | RolloutPhase::Complete)
+        Some(RolloutPhase::RolledBack | RolloutPhase::Complete | RolloutPhase::RollingBack)
     ) {
         return;
     }
     let revision = draft.revision().unwrap_or_default().to_owned();
     let message = format!("rollout of {revision} aborted by an operator");
+    draft.event(EventType::Warning, REASON_ABORTED, message.clone());
+    // An abort rolls back what was published, whatever `onFailure` says and whatever
+    // stopped the rollout before (a halted one, or a rollback that gave up).
+    if !draft.status.reached.is_empty() {
+        failure::start_rollback(draft, REASON_ABORTED, message);
+        return;
+    }
     draft.status.phase = Some(RolloutPhase::Halted);
     set_outcome(draft, Some(OUTCOME_ABORTED));
-    draft.event(EventType::Warning, REASON_ABORTED, message.clone());
     draft.halt = Some((REASON_ABORTED.to_owned(), message));
 }
 
@@ -131,6 +139,24 @@ fn retry(draft: &mut Draft<'_>, requested_at: DateTime<Utc>) {
         return;
     }
     record(draft).retry_at = Some(to_time(whole_seconds(requested_at)));
+    // A rollback that gave up is resumed, never the forward pass it stopped: the revision
+    // it reverts failed, and its marks in the regions not reverted yet are stale.
+    let gave_up = draft
+        .status
+        .true_condition(conditions::HALTED)
+        .is_some_and(|condition| condition.reason == failure::REASON_ROLLBACK_INCOMPLETE);
+    if gave_up {
+        draft.status.phase = Some(RolloutPhase::RollingBack);
+        draft.resumed_now = true;
+        set_outcome(draft, None);
+        let message = format!(
+            "rollback of {} resumed by an operator",
+            draft.revision().unwrap_or_default()
+        );
+        draft.event(EventType::Normal, "Retried", message.clone());
+        draft.halt = Some(("RollbackRetried".to_owned(), message));
+        return;
+    }
     for stage in &mut draft.status.stages {
         if stage.state == StageState::Failed {
             stage.state = StageState::Progressing;

@@ -16,7 +16,7 @@ use crate::api::{
 use super::observations::Observations;
 use super::regions::{mark_is, region_done};
 use super::selection::StagePlan;
-use super::{Action, Draft, approvals};
+use super::{Action, Draft, approvals, failure};
 
 /// One piece of region work, of the status's revision (each status has one revision, so
 /// it is not repeated here). Region names borrow from the stage plan, which outlives the
@@ -45,7 +45,7 @@ fn find_region<'s>(status: &'s ConfigRolloutStatus, name: &str) -> Option<&'s Re
 pub(super) fn work_of<'p>(
     spec: &ConfigRolloutSpec,
     plan: &StagePlan<'p>,
-    obs: &Observations,
+    obs: &'p Observations,
     status: &ConfigRolloutStatus,
 ) -> Vec<Work<'p>> {
     let mut work = Vec::new();
@@ -55,8 +55,6 @@ pub(super) fn work_of<'p>(
     let Some(revision) = status.revision.as_deref() else {
         return work;
     };
-    let reachable =
-        |name: &str| find_region(status, name).is_some_and(|region| region.reachable == Some(true));
     match status.phase {
         Some(RolloutPhase::Progressing) => {
             let pass = status.step.unwrap_or(RevisionStep::Single);
@@ -107,26 +105,29 @@ pub(super) fn work_of<'p>(
             }
         }
         Some(RolloutPhase::RollingBack) => {
-            let Some(index) = status
+            // The group the status says is being reverted (`failure` keeps it in
+            // `currentStage`: a stage, or none for the regions no stage selects any more);
+            // a region is reverted only if it was read, and it is named by the read.
+            let groups = failure::rollback_groups(spec, plan, status);
+            let reverting = status
                 .current_stage
                 .as_deref()
-                .and_then(|name| spec.stages.iter().position(|stage| stage.name == name))
-            else {
-                return work;
-            };
-            let Some(regions) = plan.stages.get(index) else {
+                .map(|name| spec.stages.iter().position(|stage| stage.name == name));
+            let group = groups.iter().find(|(stage, _)| match reverting {
+                Some(index) => index.is_some() && *stage == index,
+                None => stage.is_none(),
+            });
+            let Some((_, regions)) = group else {
                 return work;
             };
             for (reverse_position, name) in regions.iter().rev().enumerate() {
-                let done = obs
-                    .regions
-                    .iter()
-                    .find(|region| &region.name == name)
-                    .is_some_and(|region| region.rolled_back.as_deref() == Some(revision));
-                if reachable(name) && !done {
+                let Some(seen) = obs.regions.iter().find(|region| &region.name == name) else {
+                    continue;
+                };
+                if seen.reachable && seen.rolled_back.as_deref() != Some(revision) {
                     work.push(Work::Rollback {
                         reverse_position,
-                        region: name,
+                        region: seen.name.as_str(),
                     });
                 }
             }
@@ -167,9 +168,10 @@ pub(super) fn work_of<'p>(
 /// Appends the region work that is new in this decision: publishes in stage and rollout
 /// order, rollbacks in reverse rollout order (one stage at a time, last stage first).
 pub(super) fn emit_new(draft: &mut Draft<'_>) {
-    let Some(revision) = draft.status.revision.as_deref() else {
+    let Some(revision) = draft.status.revision.clone() else {
         return;
     };
+    let revision = revision.as_str();
     let after = work_of(draft.spec, &draft.plan, draft.obs, &draft.status);
     let before: &[Work<'_>] = if draft.before.revision.as_deref() == Some(revision) {
         &draft.before.work
@@ -179,18 +181,40 @@ pub(super) fn emit_new(draft: &mut Draft<'_>) {
     let new_work = after
         .iter()
         .filter(|work| before.binary_search(work).is_err())
-        .map(|work| match work {
-            Work::Publish {
-                region, step: pass, ..
-            } => Action::Publish {
-                region: (*region).to_owned(),
-                revision: revision.to_owned(),
-                step: *pass,
-            },
-            Work::Rollback { region, .. } => Action::Rollback {
-                region: (*region).to_owned(),
-                revision: revision.to_owned(),
-            },
-        });
+        .collect::<Vec<_>>();
+    // Where a revision goes, a rollback must be able to follow: the region is recorded
+    // before the write is made (the status is written after the actions, and a write
+    // that never happened only costs the rollback a look). Not once Complete: the
+    // revision there is the stable one.
+    if draft.status.phase != Some(RolloutPhase::Complete) {
+        for work in &new_work {
+            if let Work::Publish { region, .. } = work
+                && !draft.status.reached.iter().any(|known| known == region)
+            {
+                draft.status.reached.push((*region).to_owned());
+            }
+        }
+    }
+    // A region sent a rollback no longer runs the revision: its marks go with the same
+    // status write (a compensation that fails leaves it unmarked, which is the safe side:
+    // the rollback is retried there, and nothing rolls forward from a rollback).
+    for work in &new_work {
+        if let Work::Rollback { region, .. } = work {
+            failure::forget_marks(&mut draft.status, region, revision);
+        }
+    }
+    let new_work = new_work.into_iter().map(|work| match work {
+        Work::Publish {
+            region, step: pass, ..
+        } => Action::Publish {
+            region: (*region).to_owned(),
+            revision: revision.to_owned(),
+            step: *pass,
+        },
+        Work::Rollback { region, .. } => Action::Rollback {
+            region: (*region).to_owned(),
+            revision: revision.to_owned(),
+        },
+    });
     draft.actions.extend(new_work);
 }

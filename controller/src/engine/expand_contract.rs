@@ -76,6 +76,15 @@ fn complete(draft: &mut Draft<'_>) {
         && draft.before.revision == draft.status.revision;
     draft.status.phase = Some(RolloutPhase::Complete);
     draft.status.current_stage = draft.spec.stages.last().map(|stage| stage.name.clone());
+    // Every region runs it now and every gate passed on it: it is what a later
+    // rollback restores, and nothing since an earlier stable revision is left to revert.
+    if draft.status.stable_revision != draft.status.revision {
+        draft
+            .status
+            .stable_revision
+            .clone_from(&draft.status.revision);
+    }
+    draft.status.reached.clear();
     if !was_complete {
         set_outcome(draft, Some(OUTCOME_COMPLETE));
         let message = format!(

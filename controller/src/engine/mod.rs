@@ -118,7 +118,7 @@ impl<'a> Before<'a> {
     fn of(
         spec: &ConfigRolloutSpec,
         plan: &selection::StagePlan<'a>,
-        obs: &Observations,
+        obs: &'a Observations,
         status: &ConfigRolloutStatus,
     ) -> Self {
         let true_conditions = ROLLOUT_CONDITION_TYPES.map(|type_| status.is_true(type_));
@@ -177,6 +177,7 @@ impl<'a> Draft<'a> {
             .iter()
             .cloned()
             .chain(validate(self.spec).iter().map(ToString::to_string))
+            .chain(revisions::retarget_error(self))
             .chain(self.obs.spec_errors.iter().cloned())
             .chain(self.obs.target_refusals.iter().cloned())
             .collect();

@@ -151,6 +151,8 @@ pub struct ApprovalObservation {
     pub revision: String,
     /// Keyed digest of the revision approved.
     pub revision_digest: String,
+    /// What the stage did when it was approved (`api::stage_digest`).
+    pub stage_digest: String,
     /// Who approved.
     pub approver: String,
     /// Why.

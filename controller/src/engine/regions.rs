@@ -11,7 +11,7 @@ use crate::api::{
 
 use super::clock::to_time;
 use super::observations::RegionObservation;
-use super::{Action, Draft};
+use super::{Action, Draft, EventType};
 
 /// Whether `mark` is for this revision and pass.
 pub(super) fn mark_is(mark: Option<&LifecycleMark>, revision: &str, pass: RevisionStep) -> bool {
@@ -206,6 +206,22 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
         }
     }
     draft.status.regions = regions;
+    // Regions the status listed that no stage selects any more keep what they hold; say
+    // so once, when they leave. A rollback still reaches them (`status.reached`).
+    let mut left: Vec<String> = previous
+        .into_values()
+        .filter(|region| region.materialized.is_some())
+        .map(|region| region.name)
+        .collect();
+    left.sort();
+    for name in left {
+        let message = format!(
+            "region {name} is no longer selected by any stage: it keeps what it holds of \
+             this rollout, which is no longer rolled out there (a rollback of a revision \
+             that reached it still reverts it)"
+        );
+        draft.event(EventType::Warning, "RegionLeftPlan", message);
+    }
     for region in restart_in {
         draft.actions.push(Action::RestartConsumers {
             region,

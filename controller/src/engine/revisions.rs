@@ -2,7 +2,9 @@
 //! was in flight and starts again at the first stage. History is bounded by
 //! `spec.revisionHistoryLimit`, oldest dropped first; the current revision is always kept.
 
-use crate::api::{ExpandContract, RevisionRecord, RevisionStep, RolloutPhase, StageStatus};
+use crate::api::{
+    ConfigRolloutSpec, ExpandContract, RevisionRecord, RevisionStep, RolloutPhase, StageStatus,
+};
 
 use super::clock::to_time;
 use super::{Action, Draft, EventType};
@@ -77,6 +79,7 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         RevisionStep::Single
     };
     draft.status.revision = Some(name.clone());
+    draft.status.target = Some(target_of(draft.spec));
     draft.status.step = Some(pass);
     draft.status.current_stage = None;
     draft.status.phase = Some(RolloutPhase::Progressing);
@@ -85,6 +88,7 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         name: name.clone(),
         digest: desired.digest.clone(),
         stamp: draft.obs.fresh_stamp.clone(),
+        stable: draft.status.stable_revision.clone(),
     });
     let digest_prefix: String = desired.digest.chars().take(12).collect();
     draft.event(
@@ -95,6 +99,26 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
             desired.keys_set, desired.keys_removed
         ),
     );
+}
+
+/// The target as `status.target` records it.
+pub(super) fn target_of(spec: &ConfigRolloutSpec) -> String {
+    format!("{}/{}", spec.target.namespace, spec.target.name)
+}
+
+/// Why the spec may not be acted on because its target is not the one the revisions were
+/// declared for: a rollout's regions hold its state beside that target, and moving it
+/// would leave the old one behind, unmanaged, and write the new one everywhere at once.
+pub(super) fn retarget_error(draft: &Draft<'_>) -> Option<String> {
+    let recorded = draft.status.target.as_deref()?;
+    let now = target_of(draft.spec);
+    (recorded != now).then(|| {
+        format!(
+            "spec.target: the revisions of this rollout were declared for {recorded}, not \
+             {now}; a rollout's target cannot change (create another ConfigRollout for \
+             {now}, and delete this one when you are done with {recorded})"
+        )
+    })
 }
 
 /// One pending stage status per spec stage.

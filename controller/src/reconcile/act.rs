@@ -90,7 +90,12 @@ pub async fn act(
     let collected_through = collected_through(rollout);
     for action in actions {
         match action {
-            Action::DeclareRevision { name, stamp, .. } => {
+            Action::DeclareRevision {
+                name,
+                stamp,
+                stable,
+                ..
+            } => {
                 if !ctx.fence.permits(rollout, WriteKind::Revision) {
                     return Err(HubError::NotLeader);
                 }
@@ -100,8 +105,16 @@ pub async fn act(
                 if let (Some(previous), Some(through)) = (&mut previous, &collected_through) {
                     previous.collect_tombstones(through);
                 }
+                let stable = match stable {
+                    Some(stable) => Some(input.revisions.get(stable).ok_or_else(|| {
+                        HubError::MissingRevision {
+                            revision: stable.clone(),
+                        }
+                    })?),
+                    None => None,
+                };
                 let revision =
-                    RevisionState::declare(name, previous.as_ref(), input.desired, stamp);
+                    RevisionState::declare(name, previous.as_ref(), stable, input.desired, stamp);
                 store.save(rollout, &revision, number).await?;
                 input.revisions.insert(name.clone(), revision);
             }

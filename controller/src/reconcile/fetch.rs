@@ -99,6 +99,7 @@ fn approvals(cached: &HubStores, rollout: &ConfigRollout) -> Vec<ApprovalObserva
             stage: approval.spec.stage.clone(),
             revision: approval.spec.revision.clone(),
             revision_digest: approval.spec.revision_digest.clone(),
+            stage_digest: approval.spec.stage_digest.clone(),
             approver: approval.spec.approver.clone(),
             reason: approval.spec.reason.clone(),
             created_at: approval

@@ -434,22 +434,22 @@ fn oversized_revision(
     writer: &WriterId,
     now: chrono::DateTime<Utc>,
 ) -> Option<String> {
-    let current = rollout
-        .status
-        .as_ref()
+    let status = rollout.status.as_ref();
+    let current = status
         .and_then(|status| status.revision.as_ref())
         .and_then(|name| revisions.get(name));
-    if current.is_some_and(|current| {
-        let changes = current.changes_to(desired);
-        changes.set == 0 && changes.removed == 0
-    }) {
+    if current.is_some_and(|current| current.desired() == *desired) {
         return None;
     }
+    let stable = status
+        .and_then(|status| status.stable_revision.as_ref())
+        .and_then(|name| revisions.get(name));
     let latest = act::latest_before(revisions, i64::MAX);
     let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or_default();
     let candidate = RevisionState::declare(
         "next",
         latest,
+        stable,
         desired,
         Stamp::new(now_ms, 0, writer.clone()),
     );
@@ -522,7 +522,7 @@ pub(crate) mod tests {
         region
     }
 
-    /// A one-stage rollout `team/limits` whose status names `revision`.
+    /// A one-stage rollout `team/limits` whose status names `revision`, complete.
     pub(crate) fn rollout(revision: Option<&str>) -> ConfigRollout {
         let mut rollout = ConfigRollout::new(
             "limits",
@@ -536,6 +536,7 @@ pub(crate) mod tests {
         rollout.metadata.namespace = Some("team".to_owned());
         rollout.status = Some(crate::api::ConfigRolloutStatus {
             revision: revision.map(str::to_owned),
+            stable_revision: revision.map(str::to_owned),
             ..Default::default()
         });
         rollout
@@ -552,7 +553,7 @@ pub(crate) mod tests {
         let writer = WriterId::rollout("team", "limits").unwrap();
         let now = Utc::now();
         let stamp = Stamp::new(1_000, 0, writer.clone());
-        let r1 = RevisionState::declare("r1", None, &data(600, 'a'), stamp);
+        let r1 = RevisionState::declare("r1", None, None, &data(600, 'a'), stamp);
         let revisions = BTreeMap::from([("r1".to_owned(), r1)]);
 
         // Every value replaced: 600 KB of state plus 600 KB of previous values.

@@ -52,8 +52,15 @@ pub async fn observe(
         stamp_bound_ms: stamp_bound_ms(now),
     };
     // Only the regions some stage selects within the grant are read: the engine's own
-    // selection, on labels alone, before any region IO.
-    let selected = selected_regions(&rollout.spec, &fetched.regions, &fetched.grant);
+    // selection, on labels alone, before any region IO. And those a revision reached
+    // since the stable one that no stage selects any more (relabelled, or dropped from
+    // the spec), still within the grant: a rollback must find them.
+    let mut selected = selected_regions(&rollout.spec, &fetched.regions, &fetched.grant);
+    for name in &status.reached {
+        if fetched.grant.allows_region(name) && !selected.contains_key(name) {
+            selected.insert(name.clone(), String::new());
+        }
+    }
     let observed = futures::future::join_all(fetched.regions.iter().filter_map(|region| {
         let stage = selected.get(region.name_any().as_str())?;
         Some(read_region(ctx, rollout, region, stage, &reader, current))
@@ -72,7 +79,11 @@ pub async fn observe(
     };
     let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now).await;
     let desired = &validated.desired;
-    let changes = current.map(|revision| revision.changes_to(desired));
+    let stable = status
+        .stable_revision
+        .as_ref()
+        .and_then(|name| fetched.revisions.get(name));
+    let changes = current.map(|revision| revision.changes_to(desired, stable));
     let mut reads = RegionReads::new();
     let regions = observed
         .into_iter()

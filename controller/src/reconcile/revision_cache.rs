@@ -117,7 +117,7 @@ mod tests {
     fn revision(name: &str) -> RevisionState {
         let writer = WriterId::rollout("team", "limits").unwrap();
         let data = [("rate".to_owned(), "10".to_owned())].into();
-        RevisionState::declare(name, None, &data, Stamp::new(1_000, 0, writer))
+        RevisionState::declare(name, None, None, &data, Stamp::new(1_000, 0, writer))
     }
 
     #[test]

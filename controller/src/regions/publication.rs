@@ -1,5 +1,5 @@
-//! What a revision publishes to a region, and the evidence, read from the region's
-//! replica, of how far it got. Pure.
+//! What a revision publishes to a region, what a rollback restores there, and the
+//! evidence, read from the region's replica, of how far it got. Pure.
 //!
 //! # Why a revision carries the rollout's whole state
 //!
@@ -8,15 +8,32 @@
 //! would then never receive that revision's keys. So each revision keeps the rollout's
 //! cumulative state: every key the rollout ever wrote, each under the stamp of the
 //! revision that last changed it. Publishing that state is idempotent, brings any lagging
-//! region up to date, and re-stamps nothing: a regional override stays ahead of the keys
-//! a later revision did not change.
+//! region up to date, and re-stamps nothing that is settled: a regional override stays
+//! ahead of the keys a later revision did not change.
+//!
+//! # The stable revision, and what is unsettled
+//!
+//! The rollout's *stable* revision is the last one that completed: every region ran it
+//! and every gate passed on it. A key whose value in the rollout's latest state differs
+//! from the stable revision's is *unsettled*: some revision since wrote it, and no gate
+//! ever passed on that value everywhere (it was superseded, halted, or rolled back).
+//!
+//! - A new revision writes every unsettled key again under its own stamp, with the value
+//!   it declares (removals included). So a value that was rolled back and is declared
+//!   again reaches every region for real, first the canary, instead of losing to the
+//!   compensation a region already holds; and removals a superseded revision left
+//!   unfinished become the new revision's own, run with an expand pass first.
+//! - A rollback restores the stable revision's value of every key the revision wrote,
+//!   wherever the rollout's own write still wins: never a value that was itself rolled
+//!   back or never verified.
+//! - Evidence that a region runs a revision needs each entry the revision stamped
+//!   itself, exactly, or a win by another writer (an override): a later write of the
+//!   rollout's own (a compensation) is not evidence.
 
 use std::collections::BTreeMap;
 
 use crate::api::RevisionStep;
-use crate::crdt::{
-    self, Delta, Entry, Replica, RevisionError, Stamp, compensating_delta, declare_revision,
-};
+use crate::crdt::{self, Delta, Entry, Replica, RevisionError, Stamp};
 
 /// One declared revision of a rollout, as stored in the hub.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +44,9 @@ pub struct RevisionState {
     pub stamp: Stamp,
     /// The rollout's cumulative state after this revision.
     pub state: Replica,
-    /// For each key this revision changed, the entry it replaced (absent: the key was new).
+    /// For each key this revision wrote, the entry the rollout's stable revision held for
+    /// it when this one was declared (absent: the key was not in it). A rollback restores
+    /// these; the expand pass keeps them in place of the revision's removals.
     pub previous: Delta,
 }
 
@@ -40,27 +59,99 @@ pub struct ChangeCounts {
     pub removed: u32,
 }
 
+/// What declaring `desired` after `base` writes, with `stable` the last revision that
+/// completed: each key to set (`Some`) or remove (`None`).
+///
+/// A key is *settled* when the base's entry for it is at or below the stable revision's
+/// stamp: it is the stable revision's own, which every region ran. Anything written since
+/// is unsettled, whatever its value: a region may still hold another value of it from a
+/// revision that was superseded, halted or rolled back. So a declared key is written
+/// unless its settled entry already has the declared value; a key the declaration drops
+/// is removed unless a settled tombstone already removed it; and a key the stable
+/// revision holds live that the base lost entirely is removed again.
+fn next_changes<'a>(
+    base: &'a Replica,
+    stable: Option<&'a RevisionState>,
+    desired: &'a BTreeMap<String, String>,
+) -> BTreeMap<&'a str, Option<&'a str>> {
+    let settled = |entry: &Entry| stable.is_some_and(|stable| entry.stamp <= stable.stamp);
+    let mut changes = BTreeMap::new();
+    for (key, value) in desired {
+        let kept = base
+            .get(key)
+            .is_some_and(|entry| entry.value() == Some(value.as_str()) && settled(entry));
+        if !kept {
+            changes.insert(key.as_str(), Some(value.as_str()));
+        }
+    }
+    for (key, entry) in base.iter() {
+        let removed_for_good = entry.is_tombstone() && settled(entry);
+        if !desired.contains_key(key) && !removed_for_good {
+            changes.insert(key, None);
+        }
+    }
+    if let Some(stable) = stable {
+        for (key, entry) in stable.state.iter() {
+            if !entry.is_tombstone() && base.get(key).is_none() && !desired.contains_key(key) {
+                changes.insert(key, None);
+            }
+        }
+    }
+    changes
+}
+
 impl RevisionState {
-    /// Declares `name` taking the rollout from `previous` (none for the first revision) to
-    /// `desired`, stamped `stamp`.
+    /// Declares `name` taking the rollout from `base` (the latest stored revision; none
+    /// for the first) to `desired`, stamped `stamp`, with `stable` the last revision that
+    /// completed (none when none has).
     pub fn declare(
         name: &str,
-        previous: Option<&RevisionState>,
+        base: Option<&RevisionState>,
+        stable: Option<&RevisionState>,
         desired: &BTreeMap<String, String>,
         stamp: Stamp,
     ) -> Self {
-        let mut state = previous.map(|p| p.state.clone()).unwrap_or_default();
-        let delta = declare_revision(&owned_live(&state), desired, stamp.clone());
-        let previous_entries = delta
+        let mut state = base.map(|base| base.state.clone()).unwrap_or_default();
+        let delta: Delta = next_changes(&state, stable, desired)
+            .into_iter()
+            .map(|(key, value)| {
+                let entry = match value {
+                    Some(value) => Entry::live(value, stamp.clone()),
+                    None => Entry::tombstone(stamp.clone()),
+                };
+                (key, entry)
+            })
+            .collect();
+        let previous = delta
             .iter()
-            .filter_map(|(key, _)| state.get(key).map(|entry| (key, entry.clone())))
+            .filter_map(|(key, _)| {
+                let held = stable?.state.get(key)?;
+                Some((key, held.clone()))
+            })
             .collect();
         state.apply(&delta);
         Self {
             name: name.to_owned(),
             stamp,
             state,
-            previous: previous_entries,
+            previous,
+        }
+    }
+
+    /// What declaring `desired` after this revision would set and remove, with `stable`
+    /// the last revision that completed: the counts [`RevisionState::declare`] would
+    /// write.
+    pub fn changes_to(
+        &self,
+        desired: &BTreeMap<String, String>,
+        stable: Option<&RevisionState>,
+    ) -> ChangeCounts {
+        let changes = next_changes(&self.state, stable, desired);
+        let set = changes.values().filter(|value| value.is_some()).count();
+        let removed = changes.len().saturating_sub(set);
+        ChangeCounts {
+            set: u32::try_from(set).unwrap_or(u32::MAX),
+            removed: u32::try_from(removed).unwrap_or(u32::MAX),
         }
     }
 
@@ -69,23 +160,6 @@ impl RevisionState {
     /// and go; returns how many went.
     pub fn collect_tombstones(&mut self, through: &Stamp) -> usize {
         crdt::collect_tombstones(&mut self.state, through)
-    }
-
-    /// What `desired` would change relative to this revision.
-    pub fn changes_to(&self, desired: &BTreeMap<String, String>) -> ChangeCounts {
-        let live = self.state.live();
-        let set = desired
-            .iter()
-            .filter(|(key, value)| live.get(key.as_str()) != Some(&value.as_str()))
-            .count();
-        let removed = live
-            .keys()
-            .filter(|key| !desired.contains_key(**key))
-            .count();
-        ChangeCounts {
-            set: u32::try_from(set).unwrap_or(u32::MAX),
-            removed: u32::try_from(removed).unwrap_or(u32::MAX),
-        }
     }
 
     /// The entries this revision wrote itself.
@@ -124,7 +198,11 @@ impl RevisionState {
             let replaced: Delta = self
                 .previous
                 .iter()
-                .filter(|(key, _)| self.state.get(key).is_some_and(Entry::is_tombstone))
+                .filter(|(key, _)| {
+                    self.state
+                        .get(key)
+                        .is_some_and(|entry| entry.is_tombstone() && entry.stamp == self.stamp)
+                })
                 .map(|(key, entry)| (key, entry.clone()))
                 .collect();
             delta.merge(&replaced);
@@ -132,15 +210,51 @@ impl RevisionState {
         delta
     }
 
-    /// The delta that reverts this revision in `replica`: the previous values of the keys
-    /// whose winning write is still this revision's own, under `fresh`.
-    pub fn rollback(&self, replica: &Replica, fresh: Stamp) -> Result<Delta, RevisionError> {
-        let previous_values = self
-            .previous
+    /// The keys this revision wrote whose winning entry in `replica` is still one of the
+    /// rollout's own writes with a value other than the stable revision's: what a
+    /// rollback must revert there, each with the stable value (`None`: remove the key).
+    /// Keys another writer won since (an override) are left alone.
+    fn to_revert<'a>(
+        &'a self,
+        replica: &'a Replica,
+    ) -> impl Iterator<Item = (&'a str, &'a Entry, Option<&'a str>)> + 'a {
+        let writer = &self.stamp.writer;
+        self.state
             .iter()
-            .filter_map(|(key, entry)| Some((key.to_owned(), entry.value()?.to_owned())))
-            .collect();
-        compensating_delta(replica, &self.own_delta(), &previous_values, fresh)
+            .filter(|(_, entry)| entry.stamp == self.stamp)
+            .filter_map(move |(key, _)| {
+                let held = replica.get(key)?;
+                let stable = self.previous.get(key).and_then(Entry::value);
+                (held.stamp.writer == *writer && held.value() != stable)
+                    .then_some((key, held, stable))
+            })
+    }
+
+    /// The delta that reverts this revision in `replica`: the stable revision's value of
+    /// every key [`RevisionState::to_revert`] finds, under `fresh`. Refused when `fresh`
+    /// is not after the writes it must win over.
+    pub fn rollback(&self, replica: &Replica, fresh: Stamp) -> Result<Delta, RevisionError> {
+        let mut compensation = Delta::new();
+        for (key, held, stable) in self.to_revert(replica) {
+            if fresh <= held.stamp || fresh <= self.stamp {
+                return Err(RevisionError::StaleStamp {
+                    fresh,
+                    revision: held.stamp.clone().max(self.stamp.clone()),
+                });
+            }
+            let restored = match stable {
+                Some(value) => Entry::live(value, fresh.clone()),
+                None => Entry::tombstone(fresh.clone()),
+            };
+            compensation.insert(key, restored);
+        }
+        Ok(compensation)
+    }
+
+    /// Whether nothing is left to revert in `replica`: the revision never reached it,
+    /// was reverted there, or another writer won every key it wrote.
+    pub fn is_reverted_in(&self, replica: &Replica) -> bool {
+        self.to_revert(replica).next().is_none()
     }
 }
 
@@ -149,16 +263,21 @@ impl RevisionState {
 pub struct Evidence {
     /// The furthest pass whose publication the replica holds in full.
     pub applied: Option<RevisionStep>,
-    /// None of this revision's own writes wins in the replica (it never arrived, was
-    /// rolled back, or was written over since): a rollback has nothing left to do here.
+    /// Nothing is left to revert (it never arrived, was rolled back, or was written over
+    /// by others since): a rollback has nothing left to do here.
     pub rolled_back: bool,
 }
 
 /// Reads the evidence of `revision` in `replica`. `two_pass` says whether the revision
 /// runs expand then contract.
-/// An entry stamped after `stamp_bound_ms` (further ahead than the clock's drift bound)
-/// never counts as holding the revision: it would win every write until its time comes,
-/// so the revision has not really reached the region.
+///
+/// An entry the revision stamped itself is held only when the replica holds exactly it,
+/// or another writer's entry that wins over it (an override made since); the rollout's
+/// own later entry (a compensation) is not the revision. An entry inherited from an
+/// earlier revision is held when the replica's entry wins or ties. An entry stamped
+/// after `stamp_bound_ms` (further ahead than the clock's drift bound) never counts as
+/// holding the revision: it would win every write until its time comes, so the revision
+/// has not really reached the region.
 pub fn evidence(
     replica: &Replica,
     revision: &RevisionState,
@@ -167,10 +286,18 @@ pub fn evidence(
 ) -> Evidence {
     let holds = |delta: &Delta| {
         delta.iter().all(|(key, entry)| {
-            let future_stamped = replica
-                .get(key)
-                .is_some_and(|held| held.stamp.wall_ms > stamp_bound_ms);
-            !future_stamped && replica.holds(key, entry)
+            let held = replica.get(key);
+            if held.is_some_and(|held| held.stamp.wall_ms > stamp_bound_ms) {
+                return false;
+            }
+            match held {
+                Some(held) if entry.stamp == revision.stamp => {
+                    held == entry
+                        || (held.stamp.writer != entry.stamp.writer
+                            && held.precedence(entry).is_ge())
+                }
+                _ => replica.holds(key, entry),
+            }
         })
     };
     let applied = if two_pass {
@@ -184,16 +311,9 @@ pub fn evidence(
     } else {
         holds(&revision.publication(RevisionStep::Single)).then_some(RevisionStep::Single)
     };
-    // What a rollback reverts are the revision's own writes that still win here; once
-    // none does (never arrived, reverted, or written over since), there is nothing left
-    // to revert.
-    let rolled_back = revision
-        .own_delta()
-        .iter()
-        .all(|(key, written)| replica.get(key) != Some(written));
     Evidence {
         applied,
-        rolled_back,
+        rolled_back: revision.is_reverted_in(replica),
     }
 }
 
@@ -240,40 +360,67 @@ mod tests {
         replica
     }
 
-    #[test]
-    fn a_region_that_missed_a_superseded_revision_still_gets_its_keys() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let r2 = RevisionState::declare(
-            "r2",
-            Some(&r1),
-            &desired(&[("a", "1"), ("b", "2")]),
-            rollout(20),
-        );
-        let r3 = RevisionState::declare(
-            "r3",
-            Some(&r2),
-            &desired(&[("a", "1"), ("b", "2"), ("c", "3")]),
-            rollout(30),
-        );
-        let lagging = merged(&[&r1.publication(RevisionStep::Single)]);
-        let mut region = lagging.clone();
-        region.apply(&r3.publication(RevisionStep::Single));
-        let live: BTreeMap<_, _> = region.live().into_iter().collect();
-        assert_eq!(live, BTreeMap::from([("a", "1"), ("b", "2"), ("c", "3")]));
-        assert_eq!(r3.own_delta().len(), 1);
+    fn live(replica: &Replica) -> BTreeMap<&str, &str> {
+        replica.live().into_iter().collect()
+    }
+
+    /// Declares `name` after `base` with `stable` the last complete revision.
+    fn next(
+        name: &str,
+        base: &RevisionState,
+        stable: Option<&RevisionState>,
+        pairs: &[(&str, &str)],
+        at: u64,
+    ) -> RevisionState {
+        RevisionState::declare(name, Some(base), stable, &desired(pairs), rollout(at))
+    }
+
+    fn first(pairs: &[(&str, &str)]) -> RevisionState {
+        RevisionState::declare("r1", None, None, &desired(pairs), rollout(10))
+    }
+
+    fn publish(region: &mut Replica, revision: &RevisionState) {
+        region.apply(&revision.publication(RevisionStep::Single));
+    }
+
+    fn roll_back(region: &mut Replica, revision: &RevisionState, at: u64) {
+        let undo = revision.rollback(region, rollout(at)).unwrap();
+        region.apply(&undo);
     }
 
     #[test]
-    fn a_later_revision_does_not_restamp_keys_it_did_not_change() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let override_stamp = stamp(15, "override:oncall");
-        let overridden = crdt::override_delta(override_stamp, [("a", Some("9"))]).unwrap();
-        let r2 = RevisionState::declare(
-            "r2",
+    fn a_region_that_missed_a_superseded_revision_still_gets_its_keys() {
+        let r1 = first(&[("a", "1")]);
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "1"), ("b", "2")], 20);
+        let r3 = next(
+            "r3",
+            &r2,
             Some(&r1),
-            &desired(&[("a", "1"), ("b", "2")]),
-            rollout(20),
+            &[("a", "1"), ("b", "2"), ("c", "3")],
+            30,
         );
+        let mut region = merged(&[&r1.publication(RevisionStep::Single)]);
+        publish(&mut region, &r3);
+        assert_eq!(
+            live(&region),
+            desired_ref(&[("a", "1"), ("b", "2"), ("c", "3")])
+        );
+        // r2 never completed: its key is unsettled, so r3 writes it again as its own.
+        let own_delta = r3.own_delta();
+        let own: Vec<&str> = own_delta.iter().map(|(key, _)| key).collect();
+        assert_eq!(own, ["b", "c"]);
+    }
+
+    fn desired_ref<'a>(pairs: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, &'a str> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_later_revision_does_not_restamp_keys_that_are_settled() {
+        let r1 = first(&[("a", "1")]);
+        let override_stamp = stamp(15, "override:oncall");
+        let overridden = override_delta(override_stamp, [("a", Some("9"))]).unwrap();
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "1"), ("b", "2")], 20);
         let region = merged(&[
             &r1.publication(RevisionStep::Single),
             &overridden,
@@ -285,20 +432,18 @@ mod tests {
 
     #[test]
     fn expand_keeps_removed_keys_and_contract_removes_them() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("old", "1")]), rollout(10));
-        let r2 = RevisionState::declare("r2", Some(&r1), &desired(&[("new", "1")]), rollout(20));
+        let r1 = first(&[("old", "1")]);
+        let r2 = next("r2", &r1, Some(&r1), &[("new", "1")], 20);
         assert!(r2.removes_keys());
         let mut region = merged(&[&r1.publication(RevisionStep::Single)]);
         region.apply(&r2.publication(RevisionStep::Expand));
-        let live: BTreeMap<_, _> = region.live().into_iter().collect();
-        assert_eq!(live, BTreeMap::from([("new", "1"), ("old", "1")]));
+        assert_eq!(live(&region), desired_ref(&[("new", "1"), ("old", "1")]));
         assert_eq!(
             evidence(&region, &r2, true, u64::MAX).applied,
             Some(RevisionStep::Expand)
         );
         region.apply(&r2.publication(RevisionStep::Contract));
-        let live: BTreeMap<_, _> = region.live().into_iter().collect();
-        assert_eq!(live, BTreeMap::from([("new", "1")]));
+        assert_eq!(live(&region), desired_ref(&[("new", "1")]));
         assert_eq!(
             evidence(&region, &r2, true, u64::MAX).applied,
             Some(RevisionStep::Contract)
@@ -311,8 +456,8 @@ mod tests {
 
     #[test]
     fn evidence_says_nothing_applied_before_a_publish_and_nothing_to_revert() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let evidence = evidence(&Replica::new(), &r1, false, u64::MAX);
+        let r1 = first(&[("a", "1")]);
+        let evidence = evidence_of(&Replica::new(), &r1);
         assert_eq!(evidence.applied, None);
         // A region the revision never reached is rolled back by definition: a rollback
         // over it must end, not wait for a compensation that has nothing to compensate.
@@ -328,30 +473,120 @@ mod tests {
     }
 
     #[test]
-    fn rollback_restores_previous_values_and_is_seen_as_rolled_back() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let r2 = RevisionState::declare(
-            "r2",
-            Some(&r1),
-            &desired(&[("a", "2"), ("b", "new")]),
-            rollout(20),
-        );
-        let mut region = merged(&[
-            &r1.publication(RevisionStep::Single),
-            &r2.publication(RevisionStep::Single),
-        ]);
-        let undo = r2.rollback(&region, rollout(30)).unwrap();
-        region.apply(&undo);
-        let live: BTreeMap<_, _> = region.live().into_iter().collect();
-        assert_eq!(live, BTreeMap::from([("a", "1")]));
-        assert!(evidence(&region, &r2, false, u64::MAX).rolled_back);
+    fn rollback_restores_the_stable_values_and_is_seen_as_rolled_back() {
+        let r1 = first(&[("a", "1")]);
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "2"), ("b", "new")], 20);
+        let mut region = merged(&[&r1.publication(RevisionStep::Single)]);
+        publish(&mut region, &r2);
+        roll_back(&mut region, &r2, 30);
+        assert_eq!(live(&region), desired_ref(&[("a", "1")]));
+        let seen = evidence_of(&region, &r2);
+        assert!(seen.rolled_back);
+        // The compensation is the rollout's own later write: not evidence of r2.
+        assert_eq!(seen.applied, None);
         // A second rollback finds nothing left to revert.
         assert!(r2.rollback(&region, rollout(40)).unwrap().is_empty());
     }
 
+    /// The first trace of the issue: r1 `100` Complete; r2 `abc` rolled back at the
+    /// canary; r3 `200` passes the canary, fails in prod, and is rolled back. The rollback
+    /// restores `100` everywhere, never r2's rejected `abc`.
+    #[test]
+    fn a_rollback_after_a_rollback_restores_the_stable_value_not_the_rejected_one() {
+        let r1 = first(&[("timeout_ms", "100")]);
+        let mut canary = Replica::new();
+        let mut prod = Replica::new();
+        publish(&mut canary, &r1);
+        publish(&mut prod, &r1);
+
+        let r2 = next("r2", &r1, Some(&r1), &[("timeout_ms", "abc")], 20);
+        publish(&mut canary, &r2);
+        roll_back(&mut canary, &r2, 25);
+        assert_eq!(live(&canary), desired_ref(&[("timeout_ms", "100")]));
+
+        let r3 = next("r3", &r2, Some(&r1), &[("timeout_ms", "200")], 30);
+        publish(&mut canary, &r3);
+        assert_eq!(
+            evidence_of(&canary, &r3).applied,
+            Some(RevisionStep::Single)
+        );
+        publish(&mut prod, &r3);
+        roll_back(&mut prod, &r3, 35);
+        roll_back(&mut canary, &r3, 36);
+        assert_eq!(live(&canary), desired_ref(&[("timeout_ms", "100")]));
+        assert_eq!(live(&prod), desired_ref(&[("timeout_ms", "100")]));
+    }
+
+    /// The second trace: r2 `abc` rolled back at the canary; r3 declares `abc` again with
+    /// a new key. The canary must get `abc` (so that its gate judges it), not keep the
+    /// compensation's `100` while counting as holding r3.
+    #[test]
+    fn a_rejected_value_declared_again_reaches_the_canary_for_real() {
+        let r1 = first(&[("timeout_ms", "100")]);
+        let mut canary = merged(&[&r1.publication(RevisionStep::Single)]);
+        let r2 = next("r2", &r1, Some(&r1), &[("timeout_ms", "abc")], 20);
+        publish(&mut canary, &r2);
+        roll_back(&mut canary, &r2, 25);
+
+        let r3 = next(
+            "r3",
+            &r2,
+            Some(&r1),
+            &[("timeout_ms", "abc"), ("new", "1")],
+            30,
+        );
+        assert_eq!(evidence_of(&canary, &r3).applied, None);
+        publish(&mut canary, &r3);
+        assert_eq!(
+            live(&canary),
+            desired_ref(&[("new", "1"), ("timeout_ms", "abc")])
+        );
+        assert_eq!(
+            evidence_of(&canary, &r3).applied,
+            Some(RevisionStep::Single)
+        );
+        // And its rollback restores r1's value, the last one that completed.
+        roll_back(&mut canary, &r3, 35);
+        assert_eq!(live(&canary), desired_ref(&[("timeout_ms", "100")]));
+    }
+
+    /// A revision declared while another's removal is unfinished (its contract pass waits
+    /// for approval) removes the key again as its own: an expand pass first, then the
+    /// contract, counted in its changes.
+    #[test]
+    fn unfinished_removals_carry_over_to_the_next_revision() {
+        let r1 = first(&[("old_key", "1"), ("other", "1")]);
+        let r2 = next(
+            "r2",
+            &r1,
+            Some(&r1),
+            &[("new_key", "1"), ("other", "1")],
+            20,
+        );
+        assert!(r2.removes_keys());
+        let mut region = merged(&[&r1.publication(RevisionStep::Single)]);
+        region.apply(&r2.publication(RevisionStep::Expand));
+
+        let wanted = desired(&[("new_key", "1"), ("other", "2")]);
+        let counts = r2.changes_to(&wanted, Some(&r1));
+        assert_eq!(counts, ChangeCounts { set: 2, removed: 1 });
+        let r3 = RevisionState::declare("r3", Some(&r2), Some(&r1), &wanted, rollout(30));
+        assert!(r3.removes_keys(), "r3 removes old_key as its own");
+        region.apply(&r3.publication(RevisionStep::Expand));
+        assert_eq!(
+            live(&region),
+            desired_ref(&[("new_key", "1"), ("old_key", "1"), ("other", "2")])
+        );
+        region.apply(&r3.publication(RevisionStep::Contract));
+        assert_eq!(
+            live(&region),
+            desired_ref(&[("new_key", "1"), ("other", "2")])
+        );
+    }
+
     #[test]
     fn an_entry_stamped_beyond_the_drift_bound_does_not_hold_the_revision() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
+        let r1 = first(&[("a", "1")]);
         let far = Stamp::new(1_000_000, 0, WriterId::override_by("laptop").unwrap());
         let region = merged(&[&override_delta(far, [("a", Some("x"))]).unwrap()]);
         assert_eq!(
@@ -363,19 +598,29 @@ mod tests {
 
     #[test]
     fn rollback_leaves_keys_someone_else_wrote_since() {
-        let r1 = RevisionState::declare("r1", None, &desired(&[("a", "1")]), rollout(10));
-        let r2 = RevisionState::declare("r2", Some(&r1), &desired(&[("a", "2")]), rollout(20));
-        let overridden =
-            crdt::override_delta(stamp(25, "override:oncall"), [("a", Some("7"))]).unwrap();
+        let r1 = first(&[("a", "1")]);
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "2")], 20);
+        let overridden = override_delta(stamp(25, "override:oncall"), [("a", Some("7"))]).unwrap();
         let region = merged(&[&r2.publication(RevisionStep::Single), &overridden]);
         assert!(r2.rollback(&region, rollout(30)).unwrap().is_empty());
+        assert!(evidence_of(&region, &r2).rolled_back);
     }
 
     #[test]
-    fn change_counts_compare_against_the_revision() {
-        let r1 =
-            RevisionState::declare("r1", None, &desired(&[("a", "1"), ("b", "1")]), rollout(10));
-        let counts = r1.changes_to(&desired(&[("a", "2"), ("c", "1")]));
+    fn a_compensation_must_be_stamped_after_what_it_reverts() {
+        let r1 = first(&[("a", "1")]);
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "2")], 20);
+        let region = merged(&[&r2.publication(RevisionStep::Single)]);
+        assert!(r2.rollback(&region, rollout(20)).is_err());
+    }
+
+    #[test]
+    fn change_counts_compare_against_the_revision_and_the_stable_one() {
+        let r1 = first(&[("a", "1"), ("b", "1")]);
+        let counts = r1.changes_to(&desired(&[("a", "2"), ("c", "1")]), Some(&r1));
         assert_eq!(counts, ChangeCounts { set: 2, removed: 1 });
+        // Nothing complete yet: every declared key is unsettled.
+        let counts = r1.changes_to(&desired(&[("a", "1"), ("b", "1")]), None);
+        assert_eq!(counts, ChangeCounts { set: 2, removed: 0 });
     }
 }

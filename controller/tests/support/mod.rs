@@ -337,6 +337,8 @@ impl World {
             stage: stage.to_string(),
             revision: revision.to_string(),
             revision_digest: self.revision_digest(revision),
+            stage_digest: configrollout::api::stage_digest(&self.spec, stage)
+                .unwrap_or_else(|| format!("no stage {stage}")),
             approver: approver.to_string(),
             reason: Some("looks good".to_string()),
             created_at: self.now,

@@ -99,7 +99,8 @@ pub const MAX_GATE_LIMIT: i32 = 1000;
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = spec_rules)]
 pub struct ConfigRolloutSpec {
-    /// The ConfigMap materialised in every selected region.
+    /// The ConfigMap materialised in every selected region. Its namespace and name cannot
+    /// change: create another ConfigRollout for another ConfigMap.
     pub target: TargetRef,
     /// The desired key/values. Changing them declares a new revision. Exactly one of
     /// `data` and `fromConfigMap` is set.
@@ -215,6 +216,20 @@ fn spec_rules(schema: &mut Schema) {
     );
 }
 
+/// A target field that cannot change once set: the regions hold the rollout's state
+/// beside its target.
+fn immutable_target(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "self == oldSelf",
+            "spec.target is immutable: the regions hold this rollout's state beside its \
+             target; create another ConfigRollout for another ConfigMap",
+        )
+        .reason("FieldValueForbidden")],
+    );
+}
+
 fn data_rules(schema: &mut Schema) {
     schema::set(schema, "maxProperties", MAX_DATA_KEYS);
     schema::add_rules(
@@ -236,10 +251,16 @@ fn data_rules(schema: &mut Schema) {
 #[serde(rename_all = "camelCase")]
 pub struct TargetRef {
     /// Namespace of the ConfigMap in every region.
-    #[schemars(transform = schema::dns_label("spec.target.namespace"))]
+    #[schemars(
+        transform = schema::dns_label("spec.target.namespace"),
+        transform = immutable_target
+    )]
     pub namespace: String,
     /// Name of the ConfigMap in every region.
-    #[schemars(transform = schema::dns_subdomain("spec.target.name"))]
+    #[schemars(
+        transform = schema::dns_subdomain("spec.target.name"),
+        transform = immutable_target
+    )]
     pub name: String,
     /// Take over a ConfigMap that already exists in a region and that configrollout does
     /// not manage (the keys this rollout declares are overwritten). Without it such a

@@ -23,6 +23,18 @@ pub struct ConfigRolloutStatus {
     /// Which pass of expand-and-contract is running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<RevisionStep>,
+    /// The last revision that completed: every region ran it and every gate passed on
+    /// it. A rollback restores its values; its stored revision is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// Regions a revision was published to since the stable revision completed, whatever
+    /// the stages select now: a rollback reverts each of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reached: Vec<String>,
+    /// The target (`namespace/name`) the revisions were declared for. A rollout's target
+    /// cannot change: a spec naming another is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// The stage now running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_stage: Option<String>,
