@@ -366,7 +366,7 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
     world.assert_good_everywhere(name).await;
 }
 
-async fn an_aborted_rollout_publishes_nothing_more(world: &World) {
+async fn an_aborted_rollout_is_rolled_back_and_publishes_nothing_more(world: &World) {
     let name = "timeouts-abort";
     world
         .create_rollout(
@@ -377,10 +377,17 @@ async fn an_aborted_rollout_publishes_nothing_more(world: &World) {
         )
         .await;
     world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+    assert_eq!(
+        world.timeout_in("region-1", name).await.as_deref(),
+        Some(GOOD_TIMEOUT)
+    );
+    // An abort rolls back what was published, whatever onFailure says: r1 was the first
+    // revision, so the canary's target loses every key it wrote.
     world.annotate(name, ABORT_ANNOTATION).await;
-    let aborted = world.wait_phase(name, "Halted", PROGRESS).await;
+    let aborted = world.wait_phase(name, "RolledBack", PROGRESS).await;
     assert_eq!(condition(&aborted, "Halted").reason, "Aborted");
     assert!(world.has_event(name, "Aborted").await);
+    assert_eq!(world.timeout_in("region-1", name).await, None);
 
     // An approval arriving after the abort starts nothing.
     world.approve(User::ApproverAlice, name, "prod", "r1").await;
@@ -390,7 +397,7 @@ async fn an_aborted_rollout_publishes_nothing_more(world: &World) {
     }
     assert_eq!(
         phase_of(&world.rollout(name).await).as_deref(),
-        Some("Halted")
+        Some("RolledBack")
     );
 }
 
@@ -891,6 +898,357 @@ async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
     }
 }
 
+impl World {
+    /// Waits until the rollout's status names `revision` in `phase`.
+    async fn wait_revision_phase(&self, name: &str, revision: &str, phase: &str) -> ConfigRollout {
+        eventually(&format!("{name}: {revision} {phase}"), PROGRESS, || async {
+            let rollout = self.rollout(name).await;
+            let current = rollout.status.as_ref()?.revision.as_deref() == Some(revision);
+            (current && phase_of(&rollout).as_deref() == Some(phase)).then_some(rollout)
+        })
+        .await
+    }
+
+    async fn assert_timeout_everywhere(&self, name: &str, timeout_ms: &str) {
+        for region in REGIONS {
+            assert_eq!(
+                self.timeout_in(region, name).await.as_deref(),
+                Some(timeout_ms),
+                "{region}"
+            );
+        }
+    }
+
+    /// Waits until `region`'s error ratio (over the last seconds) is below `ratio`: a
+    /// gate sampled right after a bad spell still sees it.
+    async fn wait_error_ratio_below(&self, region: &str, ratio: f64) {
+        eventually(
+            &format!("{region}'s error ratio falls"),
+            PROGRESS,
+            || async {
+                self.error_ratio(region)
+                    .await
+                    .filter(|current| *current < ratio)
+            },
+        )
+        .await;
+    }
+
+    async fn set_error_rate(&self, region: &str, ratio: f64) {
+        within(
+            "set the workload's error rate",
+            self.lab.set_error_rate(region, ratio),
+        )
+        .await;
+    }
+
+    /// Sets the tier label of a Region, as a platform admin relabelling it would.
+    async fn relabel(&self, region: &str, tier: &str) {
+        let regions: Api<configrollout::api::Region> = Api::all(self.hub.clone());
+        let patch =
+            serde_json::json!({"metadata": {"labels": {configrollout_e2e::TIER_LABEL: tier}}});
+        within(
+            "relabel the Region",
+            regions.patch(region, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+    }
+}
+
+/// A bad week on one target (the first two traces of the issue): r1 good; r2 bad,
+/// caught in the canary and rolled back; r3, a fix, passes the canary and fails in prod
+/// (region-2's error ratio raised by hand, a regional incident), and its rollback
+/// restores r1's value everywhere, never r2's rejected one; r4 declares the rejected
+/// value again with a new key: the canary really gets it, its gate fails on it, and prod
+/// never sees it.
+async fn a_rollback_after_a_rollback_restores_the_last_complete_value(world: &World) {
+    let name = "timeouts-week";
+    complete_with_good_value(world, name, &Shape::failing_fast("Rollback")).await;
+
+    world.set_timeout(name, BAD_TIMEOUT).await;
+    world.wait_revision_phase(name, "r2", "RolledBack").await;
+    world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
+    world.wait_error_ratio_below("region-1", 0.1).await;
+
+    world.set_timeout(name, "300").await;
+    world.set_error_rate("region-2", 0.5).await;
+    let rolled_back = world.wait_revision_phase(name, "r3", "RolledBack").await;
+    world.set_error_rate("region-2", 0.0).await;
+    world.wait_error_ratio_below("region-2", 0.1).await;
+    assert_eq!(stage(&rolled_back, "canary").state, StageState::Passed);
+    assert_eq!(stage(&rolled_back, "prod").state, StageState::Failed);
+    world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
+    let rolled = condition(&rolled_back, "RolledBack");
+    assert!(
+        rolled.message.contains("to the values of r1"),
+        "{}",
+        rolled.message
+    );
+
+    let later_stages = WriteCounter::start_in(world, &["region-2", "region-3"], name).await;
+    world
+        .change_data(
+            name,
+            serde_json::json!({"timeout_ms": BAD_TIMEOUT, "extra": "1"}),
+        )
+        .await;
+    eventually(
+        "the canary runs the rejected value again",
+        PROGRESS,
+        || async {
+            let data = world.target_data("region-1", name).await?;
+            (data.get("timeout_ms").map(String::as_str) == Some(BAD_TIMEOUT)).then_some(())
+        },
+    )
+    .await;
+    let rolled_back = world.wait_revision_phase(name, "r4", "RolledBack").await;
+    assert_canary_gate_failed(&rolled_back);
+    for (region, counter) in ["region-2", "region-3"].iter().zip(&later_stages) {
+        assert_eq!(counter.writes(), 0, "{region} received r4");
+    }
+    for region in REGIONS {
+        let data = world.target_data(region, name).await.expect("target");
+        assert_eq!(
+            data.get("timeout_ms").map(String::as_str),
+            Some(GOOD_TIMEOUT),
+            "{region}"
+        );
+        assert!(!data.contains_key("extra"), "{region}: {:?}", data.keys());
+    }
+}
+
+/// A rollback that cannot finish (region-3's API server stops after it took the
+/// revision) ends Halted `RollbackIncomplete`, naming the region. A retry resumes the
+/// rollback, never the forward pass (nothing is published, and it gives up again while
+/// the region stays down); once the region is back, an abort resumes it too, and it ends
+/// RolledBack with every region on the last complete value.
+async fn retry_and_abort_resume_a_rollback_that_could_not_finish(world: &mut World) {
+    let name = "timeouts-stuck";
+    let shape = Shape::failing_fast("Rollback");
+    world.consume(name).await;
+    let yaml = gated_rollout(name, GOOD_TIMEOUT, &shape).replace(
+        "  onFailure: Rollback",
+        "  onFailure: Rollback\n  progressDeadline: 20s",
+    );
+    world.create_rollout(&yaml).await;
+    world.wait_complete(name, "r1").await;
+    // Prod samples a minute from now on: time for region-3 to stop after it took r2,
+    // and for region-2's incident to fail the gate, in that order.
+    let gate = |name: &str, count: u32| {
+        serde_json::json!({"name": name, "query": ERROR_RATIO, "condition": "result < 0.1",
+            "interval": "2s", "initialDelay": "4s", "count": count, "failureLimit": 0,
+            "inconclusiveLimit": 3})
+    };
+    let patch = serde_json::json!({"spec": {
+        "gates": [gate("errors", shape.count), gate("soak", 30)],
+        "stages": [
+            {"name": "canary", "regions": {"names": ["region-1"]}, "gates": ["errors"]},
+            {"name": "prod", "regions": {"names": ["region-2", "region-3"]}, "maxParallel": 2,
+             "gates": ["soak"]},
+        ],
+    }});
+    within(
+        "soak prod for a minute",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+
+    world.set_timeout(name, "300").await;
+    eventually("region-3 takes r2", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let region = region_status(&rollout, "region-3")?;
+        (region.materialized.as_ref()?.revision == "r2").then_some(())
+    })
+    .await;
+    world.lab.stop_region("region-3").expect("region-3 stops");
+    world.set_error_rate("region-2", 0.5).await;
+    let halted = world.wait_revision_phase(name, "r2", "Halted").await;
+    world.set_error_rate("region-2", 0.0).await;
+    world.wait_error_ratio_below("region-2", 0.1).await;
+    let reason = condition(&halted, "Halted");
+    assert_eq!(reason.reason, "RollbackIncomplete", "{}", reason.message);
+    assert!(reason.message.contains("region-3"), "{}", reason.message);
+    assert_eq!(
+        world.timeout_in("region-2", name).await.as_deref(),
+        Some(GOOD_TIMEOUT)
+    );
+
+    let region_2 = WriteCounter::start_in(world, &["region-2"], name).await;
+    world.annotate(name, RETRY_ANNOTATION).await;
+    world.wait_revision_phase(name, "r2", "RollingBack").await;
+    let halted = world.wait_revision_phase(name, "r2", "Halted").await;
+    assert_eq!(condition(&halted, "Halted").reason, "RollbackIncomplete");
+    assert_eq!(region_2[0].writes(), 0, "the retry rolled nothing forward");
+    assert!(world.has_event(name, "Retried").await);
+
+    world
+        .lab
+        .start_region("region-3")
+        .await
+        .expect("region-3 starts again");
+    world.annotate(name, ABORT_ANNOTATION).await;
+    world.wait_revision_phase(name, "r2", "RolledBack").await;
+    world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
+}
+
+/// An edit while a removal waits for its contract approval: r2 renames `old_key` to
+/// `new_key` and waits, expanded everywhere; r3 changes another key. r3 inherits the
+/// removal: `old_key` stays in every region through r3's expand pass, r3's history
+/// counts it, and the contract waits for an approval of r3.
+async fn an_edit_during_a_contract_wait_keeps_the_removal_and_its_approval(world: &World) {
+    let name = "renames-week";
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                r#"
+  data:
+    old_key: "a"
+    timeout_ms: "{GOOD_TIMEOUT}"
+  strategy:
+    contract: {{approval: Required}}
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+"#
+            ),
+        ))
+        .await;
+    world.wait_complete(name, "r1").await;
+    world
+        .change_data(name, serde_json::json!({"old_key": null, "new_key": "a"}))
+        .await;
+    world
+        .wait_revision_phase(name, "r2", "AwaitingApproval")
+        .await;
+    world.set_timeout(name, "300").await;
+    let waiting = world
+        .wait_revision_phase(name, "r3", "AwaitingApproval")
+        .await;
+    let status = waiting.status.as_ref().expect("status");
+    assert_eq!(status.current_stage.as_deref(), Some("contract"));
+    let r3 = status
+        .history
+        .iter()
+        .find(|record| record.name == "r3")
+        .expect("r3");
+    assert_eq!(r3.keys_removed, 1, "r3 counts the removal it inherited");
+    for region in REGIONS {
+        let data = world.target_data(region, name).await.expect("target");
+        assert_eq!(
+            data.get("old_key").map(String::as_str),
+            Some("a"),
+            "{region}"
+        );
+        assert_eq!(
+            data.get("new_key").map(String::as_str),
+            Some("a"),
+            "{region}"
+        );
+        assert_eq!(
+            data.get("timeout_ms").map(String::as_str),
+            Some("300"),
+            "{region}"
+        );
+    }
+    world
+        .approve(User::ApproverAlice, name, "contract", "r3")
+        .await;
+    world.wait_complete(name, "r3").await;
+    for region in REGIONS {
+        let data = world.target_data(region, name).await.expect("target");
+        assert!(!data.contains_key("old_key"), "{region}: {:?}", data.keys());
+    }
+}
+
+/// A region relabelled out of a stage's selector after a revision reached it is still
+/// rolled back: the rollback covers every region the revision reached.
+async fn a_region_that_left_the_stages_is_rolled_back_too(world: &World) {
+    let name = "timeouts-relabel";
+    world.consume(name).await;
+    let stages = |pause: &str| {
+        format!(
+            r#"
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+    - name: prod
+      regions: {{selector: {{matchLabels: {{{}: production}}}}}}
+      maxParallel: 2{pause}
+"#,
+            configrollout_e2e::TIER_LABEL
+        )
+    };
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                "  data:\n    timeout_ms: \"{GOOD_TIMEOUT}\"\n{}",
+                stages("")
+            ),
+        ))
+        .await;
+    world.wait_complete(name, "r1").await;
+    // r2 bakes a minute in prod: time to relabel region-3 and abort.
+    let patch = serde_json::json!({"spec": {
+        "data": {"timeout_ms": "300"},
+        "stages": [
+            {"name": "canary", "regions": {"names": ["region-1"]}},
+            {"name": "prod", "regions": {"selector": {"matchLabels": {configrollout_e2e::TIER_LABEL: "production"}}},
+             "maxParallel": 2, "pause": {"duration": "1m"}},
+        ],
+    }});
+    within(
+        "change data and bake time",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    eventually("prod bakes r2", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let current = rollout.status.as_ref()?.revision.as_deref() == Some("r2");
+        (current && stage(&rollout, "prod").state == StageState::Baking).then_some(())
+    })
+    .await;
+    world.relabel("region-3", "retired").await;
+    eventually("region-3 leaves the plan", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        region_status(&rollout, "region-3").is_none().then_some(())
+    })
+    .await;
+    assert!(world.has_event(name, "RegionLeftPlan").await);
+    world.annotate(name, ABORT_ANNOTATION).await;
+    world.wait_revision_phase(name, "r2", "RolledBack").await;
+    world.relabel("region-3", "production").await;
+    world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
+}
+
+/// A rollout's target cannot change: the apiserver refuses it, naming the field.
+async fn a_retarget_is_refused_at_apply(world: &World) {
+    let patch = serde_json::json!({"spec": {"target": {"name": "somewhere-else"}}});
+    let refused = tokio::time::timeout(
+        CALL,
+        world.rollouts().patch(
+            "timeouts-week",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        ),
+    )
+    .await
+    .expect("the hub answers")
+    .expect_err("a new target is refused");
+    assert!(
+        refused.to_string().contains("spec.target is immutable"),
+        "{refused}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gates_on_the_lab() {
     let mut world = World::start(LabOptions {
@@ -905,10 +1263,15 @@ async fn gates_on_the_lab() {
     a_bad_value_halts_where_it_is(&world).await;
     a_dark_prometheus_holds_the_rollout_then_halts_it(&mut world).await;
     a_passing_gate_opens_the_next_stage_after_its_window_and_pause(&world).await;
-    an_aborted_rollout_publishes_nothing_more(&world).await;
+    an_aborted_rollout_is_rolled_back_and_publishes_nothing_more(&world).await;
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
     a_renamed_key_disappears_only_after_every_region_has_the_new_one(&world).await;
     consumers_are_counted_until_every_instance_has_the_revision(&world).await;
+    a_rollback_after_a_rollback_restores_the_last_complete_value(&world).await;
+    a_retarget_is_refused_at_apply(&world).await;
+    an_edit_during_a_contract_wait_keeps_the_removal_and_its_approval(&world).await;
+    a_region_that_left_the_stages_is_rolled_back_too(&world).await;
+    retry_and_abort_resume_a_rollback_that_could_not_finish(&mut world).await;
     no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;
     controller.stop();
 }

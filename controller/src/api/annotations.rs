@@ -2,9 +2,10 @@
 //! steer it, each an RFC 3339 time so that a command is acted on once, and the one the
 //! apiserver stamps.
 
-/// Abort the rollout (roll back what was published), set at this time.
+/// Abort the rollout (roll back what was published, whatever the phase), set at this time.
 pub const ABORT_ANNOTATION: &str = "configrollout.dev/abort";
-/// Retry a halted or rolled-back rollout, set at this time.
+/// Retry a halted rollout (from its failed stage, or a rollback that gave up, as a
+/// rollback), set at this time. A rolled-back revision is not retried: declare a new one.
 pub const RETRY_ANNOTATION: &str = "configrollout.dev/retry";
 /// The user who last changed the spec, stamped by the apiserver
 /// (`policies/spec-author.yaml`), never by the controller.

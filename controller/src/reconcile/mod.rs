@@ -288,13 +288,16 @@ async fn run_steps(
         .await
         .map_err(ReconcileError::Prune)?;
     let key = rollout_key(rollout);
+    // Failing merges back off, but never past a timer the engine set: a deadline (a
+    // stage's, a rollback's) must fire on time even while a region refuses every write.
     let requeue = if report.region_failures() > 0 {
-        ctx.backoff.failed(&key, ERROR_REQUEUE)
+        let backoff = ctx.backoff.failed(&key, ERROR_REQUEUE);
+        last.requeue_after.map_or(backoff, |wake| wake.min(backoff))
     } else {
         ctx.backoff.succeeded(&key);
         last.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
-    Ok(Action::requeue(requeue.max(MIN_REQUEUE)))
+    Ok(Action::requeue(requeue.clamp(MIN_REQUEUE, IDLE_REQUEUE)))
 }
 
 /// What one round decides from: the rollout as fetched, and as this round sees it (its
