@@ -320,6 +320,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
         world.lab.monitor(&Monitoring {
             controllers: vec![probe_addr.to_owned()],
             rule_files: vec![rules],
+            ..Monitoring::default()
         }),
     )
     .await;
