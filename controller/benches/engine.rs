@@ -94,6 +94,7 @@ fn sample_all(
             revision: request.revision,
             region: request.region,
             at: now,
+            evaluated_at: Some(now),
             result: QueryResult::Scalar(0.01),
         })
         .collect()

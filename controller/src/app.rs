@@ -91,6 +91,17 @@ fn lease_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// The longest settle time: as long as the longest `initialDelay` a gate may ask for.
+const MAX_GATE_SETTLE_TIME: Duration = Duration::from_secs(24 * 3600);
+
+fn gate_settle_time(text: &str) -> Result<Duration, String> {
+    let duration = duration(text)?;
+    if duration > MAX_GATE_SETTLE_TIME {
+        return Err("expected a duration of at most 24h".to_owned());
+    }
+    Ok(duration)
+}
+
 fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(number) if number > 0 => Ok(number),
@@ -234,6 +245,19 @@ pub struct Options {
         allow_negative_numbers = true
     )]
     pub prometheus_max_series: usize,
+    /// How long gate windows wait after a stage's regions are done when nothing shows
+    /// that the region's consumers loaded the revision (no consumers declared, or a
+    /// `Reload` consumer without an activationQuery): the longer of this and the gate's
+    /// initialDelay. 0s: only initialDelay.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_GATE_SETTLE_TIME",
+        hide_env_values = true,
+        value_name = "DURATION",
+        default_value = "1m",
+        value_parser = gate_settle_time
+    )]
+    pub gate_settle_time: Duration,
     /// Secret holding the digest key (created with a random key when absent).
     #[arg(
         long,
@@ -402,10 +426,9 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         probe: None,
     };
 
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(crate::gates::prometheus::QUERY_TIMEOUT)
-        .build()
+    // Bounded in time, and following no redirect: a gate's answer comes from the
+    // Prometheus the Region names or from none.
+    let http = crate::gates::prometheus::http_client(None)
         .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
     let ctx = Arc::new(Context {
         hub: hub.clone(),
@@ -437,6 +460,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         superseded: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
+        gate_settle_time: options.gate_settle_time,
         policies: Default::default(),
     });
 
@@ -975,6 +999,31 @@ mod tests {
             let error = parse(&args).unwrap_err();
             assert_eq!(error.exit_code(), 2);
             assert!(error.to_string().contains(args[0]), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_gate_settle_time_is_a_minute_unless_told_and_at_most_a_day() {
+        assert_eq!(
+            parse(&[]).unwrap().gate_settle_time,
+            crate::engine::DEFAULT_GATE_SETTLE_TIME
+        );
+        assert_eq!(
+            parse(&["--gate-settle-time", "0s"])
+                .unwrap()
+                .gate_settle_time,
+            Duration::ZERO
+        );
+        assert_eq!(
+            parse(&["--gate-settle-time=1h30m"])
+                .unwrap()
+                .gate_settle_time,
+            Duration::from_secs(5400)
+        );
+        for value in ["25h", "soon"] {
+            let error = parse(&["--gate-settle-time", value]).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(error.to_string().contains("--gate-settle-time"), "{error}");
         }
     }
 

@@ -153,6 +153,28 @@ fn other_kinds_read_their_examples() {
         yaml_value("region.yaml")
     );
 
+    let with_auth: Region = serde_yaml::from_str(&fixture("region-prometheus-auth.yaml")).unwrap();
+    let auth = with_auth
+        .spec
+        .prometheus
+        .as_ref()
+        .and_then(|prometheus| prometheus.auth.as_ref())
+        .unwrap();
+    assert_eq!(auth.secret_ref.name, "us-east-1-prometheus");
+    assert_eq!(
+        (
+            auth.bearer_token_key.as_deref(),
+            auth.username_key.as_deref(),
+            auth.password_key.as_deref(),
+            auth.ca_key.as_deref()
+        ),
+        (None, Some("username"), Some("password"), Some("ca.crt"))
+    );
+    assert_eq!(
+        serde_json::to_value(&with_auth).unwrap(),
+        yaml_value("region-prometheus-auth.yaml")
+    );
+
     let approval: StageApproval = serde_yaml::from_str(&fixture("stageapproval.yaml")).unwrap();
     assert_eq!(approval.spec.revision, "r3");
     assert_eq!(
@@ -211,6 +233,7 @@ fn full_status_round_trips() {
                 name: "error-rate".into(),
                 region: Some("eu-west-1".into()),
                 verdict: Some(GateVerdict::Passed),
+                opens_at: Some(at.clone()),
                 successes: 5,
                 failures: 1,
                 inconclusives: 0,

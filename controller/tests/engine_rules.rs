@@ -264,6 +264,221 @@ fn a_gate_passes_after_count_successes_sampled_every_interval_after_initial_dela
     assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
 }
 
+/// When the canary's stage was verified (its window's reference point), after `ticks`
+/// ticks one second apart.
+fn verify_canary(world: &mut World) -> chrono::DateTime<chrono::Utc> {
+    world.tick(); // declares and publishes c1
+    world.tick(); // c1 materialized: verifying
+    assert_eq!(world.status.stages[0].state, StageState::Verifying);
+    world.now
+}
+
+fn opens_at(world: &World) -> chrono::DateTime<chrono::Utc> {
+    let opens = world.status.stages[0].gates[0]
+        .opens_at
+        .as_ref()
+        .expect("the window records when it opens");
+    chrono::DateTime::from_timestamp(opens.0.as_second(), 0).unwrap()
+}
+
+#[test]
+fn without_consumers_a_gate_waits_the_settle_time_and_judges_what_came_after() {
+    // The default gate: one sample, no initialDelay. The region's workload loads
+    // the value 30 s after it lands and fails from then on.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 1}))),
+        &["c1", "r1"],
+    );
+    world.gate_settle_time = Duration::from_secs(60);
+    let verified = verify_canary(&mut world);
+    assert_eq!(opens_at(&world), verified + chrono::TimeDelta::seconds(60));
+    assert_eq!(
+        world.last.as_ref().unwrap().requeue_after,
+        Some(Duration::from_secs(60))
+    );
+    let loads_at = verified + chrono::TimeDelta::seconds(30);
+    let clock = std::rc::Rc::new(std::cell::Cell::new(world.now));
+    let seen = clock.clone();
+    world.metric =
+        Box::new(move |_, _| QueryResult::Scalar(if seen.get() >= loads_at { 0.5 } else { 0.0 }));
+    for _ in 0..12 {
+        world.advance(10);
+        clock.set(world.now);
+        world.tick();
+    }
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Failed), "{window:?}");
+    assert!(
+        window
+            .samples
+            .iter()
+            .all(|sample| sample.at.0.as_second() >= (verified.timestamp() + 60)),
+        "no sample before the window opened: {window:?}"
+    );
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    assert!(!world.publishes().iter().any(|(region, ..)| region == "r1"));
+
+    // The same world without a settle time passes on the data from before the load:
+    // what the settle time is for.
+    let mut blind = World::new(
+        spec(gated(json!({"interval": "10s", "count": 1}))),
+        &["c1", "r1"],
+    );
+    verify_canary(&mut blind);
+    blind.tick();
+    assert_eq!(blind.status.stages[0].state, StageState::Passed);
+}
+
+#[test]
+fn the_settle_time_and_the_initial_delay_are_not_added() {
+    for (initial_delay, settle, expected) in [
+        (Some("20s"), 60, 60),
+        (Some("90s"), 60, 90),
+        (None, 60, 60),
+        (Some("20s"), 0, 20),
+    ] {
+        let mut gate = json!({"interval": "10s"});
+        if let Some(delay) = initial_delay {
+            gate["initialDelay"] = json!(delay);
+        }
+        let mut world = World::new(spec(gated(gate)), &["c1", "r1"]);
+        world.gate_settle_time = Duration::from_secs(settle);
+        let verified = verify_canary(&mut world);
+        assert_eq!(
+            opens_at(&world),
+            verified + chrono::TimeDelta::seconds(expected),
+            "initialDelay {initial_delay:?}, settle {settle}s"
+        );
+    }
+}
+
+#[test]
+fn consumers_that_show_they_loaded_the_revision_need_no_settle_time() {
+    let reload_reporting = json!([{"kind": "Deployment", "name": "api", "delivery": "Reload",
+        "activationQuery": "count(app_config{revision=\"{{revision}}\"})"}]);
+    let restarted = json!([{"kind": "Deployment", "name": "api", "delivery": "Restart"}]);
+    let reload_unseen = json!([{"kind": "Deployment", "name": "api", "delivery": "Reload"}]);
+    let mixed = json!([
+        {"kind": "Deployment", "name": "api", "delivery": "Restart"},
+        {"kind": "Deployment", "name": "worker", "delivery": "Reload"}
+    ]);
+    for (consumers, waits) in [
+        (reload_reporting, 5),
+        (restarted, 5),
+        (reload_unseen, 60),
+        (mixed, 60),
+    ] {
+        let mut value = gated(json!({"interval": "10s", "initialDelay": "5s"}));
+        value["consumers"] = consumers.clone();
+        let mut world = World::new(spec(value), &["c1", "r1"]);
+        world.gate_settle_time = Duration::from_secs(60);
+        for name in ["c1", "r1"] {
+            world.region(name).consumers = 3;
+            world.region(name).activates = true;
+        }
+        world.tick(); // declares and publishes c1, whose consumers activate
+        world.tick(); // c1 materialized, delivered, activated: verifying
+        assert_eq!(world.status.stages[0].state, StageState::Verifying);
+        assert_eq!(
+            opens_at(&world),
+            world.now + chrono::TimeDelta::seconds(waits),
+            "{consumers}"
+        );
+    }
+}
+
+#[test]
+fn an_answer_evaluated_before_its_sample_was_due_never_counts() {
+    // A store that answers with data 30 s old (a lagging replica, a cached answer): each
+    // sample is a query error that says so, and four in a row fail the gate closed.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 1}))),
+        &["c1", "r1"],
+    );
+    world.evaluation = Box::new(|at| Some(at - chrono::TimeDelta::seconds(30)));
+    world.run(8, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Failed), "{window:?}");
+    assert_eq!(window.successes, 0);
+    assert_eq!(window.consecutive_errors, 4);
+    let message = window.samples[0].message.as_deref().unwrap_or_default();
+    assert!(
+        message.starts_with("stale answer: evaluated at ")
+            && message.contains("before the sample was due"),
+        "{message}"
+    );
+    assert!(!world.publishes().iter().any(|(region, ..)| region == "r1"));
+
+    // The same answer served again (one evaluation time, after the window opened) counts
+    // once: the second sample is due later than that answer was evaluated.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 2}))),
+        &["c1", "r1"],
+    );
+    let verified = verify_canary(&mut world);
+    let cached = verified + chrono::TimeDelta::seconds(1);
+    world.evaluation = Box::new(move |_| Some(cached));
+    world.run(6, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.successes, 1, "{window:?}");
+    assert_eq!(window.verdict, Some(GateVerdict::Failed), "{window:?}");
+
+    // An answer evaluated when asked counts.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 2}))),
+        &["c1", "r1"],
+    );
+    world.run(6, 10);
+    assert_eq!(world.status.stages[0].state, StageState::Passed);
+}
+
+#[test]
+fn a_partial_answer_is_inconclusive_and_says_why() {
+    let mut world = World::new(
+        spec(gated(
+            json!({"interval": "10s", "count": 1, "inconclusiveLimit": 1}),
+        )),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| {
+        QueryResult::Partial(
+            "Prometheus warned that the answer may be incomplete: store eu-1 unavailable".into(),
+        )
+    });
+    world.run(6, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Failed), "{window:?}");
+    assert_eq!((window.inconclusives, window.successes), (2, 0));
+    assert_eq!(window.samples[0].verdict, SampleVerdict::Inconclusive);
+    assert_eq!(
+        window.samples[0].message.as_deref(),
+        Some("Prometheus warned that the answer may be incomplete: store eu-1 unavailable")
+    );
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+}
+
+#[test]
+fn a_window_opened_without_a_recorded_opening_waits_the_default_settle_time() {
+    // A status written by a controller that did not record openings.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "initialDelay": "5s"}))),
+        &["c1", "r1"],
+    );
+    let verified = verify_canary(&mut world);
+    world.status.stages[0].gates[0].opens_at = None;
+    world.advance(59);
+    world.tick();
+    assert!(world.status.stages[0].gates[0].samples.is_empty());
+    world.advance(1);
+    world.tick();
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Passed));
+    assert_eq!(
+        window.samples[0].at.0.as_second(),
+        verified.timestamp() + configrollout::engine::DEFAULT_GATE_SETTLE_TIME.as_secs() as i64
+    );
+}
+
 #[test]
 fn a_gate_fails_closed_on_inconclusives_beyond_its_limit() {
     let cases: [(&str, QueryResult); 2] = [

@@ -237,6 +237,7 @@ impl Sim {
                     revision: request.revision,
                     region: request.region,
                     at: self.now,
+                    evaluated_at: Some(self.now),
                     result: QueryResult::Scalar(if bad { 1.0 } else { 0.0 }),
                 }
             })

@@ -108,6 +108,7 @@ func TestFixturesAreAdmittedAndDefaulted(t *testing.T) {
 		{"ConfigRollout", "rollout-basic.yaml"},
 		{"ConfigRollout", "rollout-full.yaml"},
 		{"Region", "region.yaml"},
+		{"Region", "region-prometheus-auth.yaml"},
 		{"StageApproval", "stageapproval.yaml"},
 	} {
 		if _, errs := k[c.kind].Admit(fixture(t, c.file), nil); len(errs) > 0 {
@@ -243,6 +244,26 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.prometheus.url": "ftp://prom:9090"}, "spec.prometheus.url must be an absolute http or https URL"},
 		{"prometheus URL relative", "Region", "region.yaml",
 			map[string]string{"spec.prometheus.url": "/metrics"}, "spec.prometheus.url must be an absolute http or https URL"},
+		{"prometheus URL with a user and password", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.url": "http://reader:s3cret@prom:9090"}, "spec.prometheus.url must not carry credentials (user:password@): give them in spec.prometheus.auth"},
+		{"prometheus URL with a user", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.url": "https://reader@prom:9090/prometheus"}, "spec.prometheus.url must not carry credentials"},
+		{"prometheus URL with a token as user", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.url": "HTTPS://t0ken:@prom"}, "spec.prometheus.url must not carry credentials"},
+		{"prometheus credentials over http", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.url": "http://prom:9090"}, "spec.prometheus.auth needs an https spec.prometheus.url: credentials are never sent in clear"},
+		{"prometheus credentials without a Secret", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth.secretRef": "~delete"}, "spec.prometheus.auth.secretRef"},
+		{"prometheus credentials naming no key", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth": "{secretRef: {namespace: configrollout-system, name: p}}"}, "spec.prometheus.auth must name at least one key"},
+		{"prometheus user without password", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth.passwordKey": "~delete"}, "spec.prometheus.auth: set usernameKey and passwordKey together"},
+		{"prometheus bearer token and basic auth", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth.bearerTokenKey": "token"}, "spec.prometheus.auth: set bearerTokenKey or usernameKey and passwordKey, not both"},
+		{"prometheus credential key with a slash", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth.caKey": "certs/ca.crt"}, "spec.prometheus.auth.caKey must be a valid Secret key"},
+		{"prometheus Secret name not a DNS subdomain", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.auth.secretRef.name": "Prometheus_Creds"}, "spec.prometheus.auth.secretRef.name must be a DNS-1123 subdomain"},
 		{"approval of a revision not named rN", "StageApproval", "stageapproval.yaml",
 			map[string]string{"spec.revision": "3"}, "spec.revision must be a revision name"},
 		{"approval without approver", "StageApproval", "stageapproval.yaml",
@@ -363,5 +384,23 @@ func TestLargestRolloutStaysWithinTheRuntimeBudget(t *testing.T) {
 	set(t, obj, "spec.data", data)
 	if _, errs := k.Admit(obj, nil); len(errs) > 0 {
 		t.Fatalf("largest rollout refused: %v", errs.ToAggregate())
+	}
+}
+
+// An '@' outside the authority is not a user name: such URLs are admitted, with or
+// without credentials from a Secret.
+func TestPrometheusURLsWithoutUserinfoAreAdmitted(t *testing.T) {
+	k := kinds(t)["Region"]
+	for file, urls := range map[string][]string{
+		"region.yaml":                 {"http://prom:9090/select/0@tenant", "http://prom:9090/?org=a@b"},
+		"region-prometheus-auth.yaml": {"https://prom.example/prometheus", "HTTPS://prom.example:443/p@th"},
+	} {
+		for _, url := range urls {
+			obj := fixture(t, file)
+			set(t, obj, "spec.prometheus.url", url)
+			if _, errs := k.Admit(obj, nil); len(errs) > 0 {
+				t.Errorf("%s in %s refused: %v", url, file, errs.ToAggregate())
+			}
+		}
 	}
 }

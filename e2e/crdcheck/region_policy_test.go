@@ -86,9 +86,10 @@ func TestRegionCredentialsPolicyNamesTheDeployedControllerNamespace(t *testing.T
 	if !strings.Contains(string(raw), "--namespace="+controllerNamespace) {
 		t.Fatalf("deploy/deployment.yaml does not run the controller with --namespace=%s", controllerNamespace)
 	}
-	expression := regionCredentialsPolicy(t).Policy.Spec.Validations[0].Expression
-	if !strings.Contains(expression, "'"+controllerNamespace+"'") {
-		t.Fatalf("policy expression does not admit %s: %s", controllerNamespace, expression)
+	for _, validation := range regionCredentialsPolicy(t).Policy.Spec.Validations {
+		if !strings.Contains(validation.Expression, "'"+controllerNamespace+"'") {
+			t.Fatalf("policy expression does not admit %s: %s", controllerNamespace, validation.Expression)
+		}
 	}
 }
 
@@ -108,35 +109,64 @@ func TestRegionCredentialsPolicyRefusesSecretsOutsideTheControllerNamespace(t *t
 		set(t, r, "spec.kubeconfigSecretRef", nil)
 		return r
 	}
-	admitted := func(what string, result validating.ValidateResult) {
-		t.Helper()
-		for _, d := range result.Decisions {
-			if d.Action != validating.ActionAdmit {
-				t.Fatalf("%s was refused: %+v", what, d)
-			}
-		}
-	}
 	denied := func(what string, result validating.ValidateResult) {
 		t.Helper()
-		if len(result.Decisions) != 1 {
-			t.Fatalf("%s: want one decision, got %+v", what, result.Decisions)
-		}
-		d := result.Decisions[0]
-		if d.Action != validating.ActionDeny || d.Evaluation != validating.EvalDeny {
-			t.Fatalf("%s: want a deny verdict (not an evaluation error), got %+v", what, d)
-		}
-		want := "spec.kubeconfigSecretRef.namespace must be configrollout-system (the controller's namespace), not team-a"
-		if d.Message != want {
-			t.Fatalf("%s: message %q, want %q", what, d.Message, want)
-		}
-		if d.Reason != "Forbidden" {
-			t.Fatalf("%s: reason %q, want Forbidden", what, d.Reason)
-		}
+		deniedWith(t, what, result, "spec.kubeconfigSecretRef.namespace must be configrollout-system (the controller's namespace), not team-a")
 	}
 
-	admitted("creating a Region whose Secret is in configrollout-system", evaluateAs(v, regions, region(), nil))
-	admitted("updating a Region whose Secret is in configrollout-system", evaluateAs(v, regions, region(), region()))
-	admitted("creating a Region without a Secret (the hub itself)", evaluateAs(v, regions, withoutSecret(), nil))
+	admittedBy(t, "creating a Region whose Secret is in configrollout-system", evaluateAs(v, regions, region(), nil))
+	admittedBy(t, "updating a Region whose Secret is in configrollout-system", evaluateAs(v, regions, region(), region()))
+	admittedBy(t, "creating a Region without a Secret (the hub itself)", evaluateAs(v, regions, withoutSecret(), nil))
 	denied("creating a Region whose Secret is in team-a", evaluateAs(v, regions, inTeamA(), nil))
 	denied("moving a Region's Secret to team-a", evaluateAs(v, regions, inTeamA(), region()))
+}
+
+// A Region's Prometheus credentials come from the controller's namespace too.
+func TestRegionCredentialsPolicyRefusesPrometheusSecretsOutsideTheControllerNamespace(t *testing.T) {
+	v, err := regionCredentialsPolicy(t).Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuth := func() map[string]interface{} { return fixture(t, "region-prometheus-auth.yaml") }
+	inTeamA := func() map[string]interface{} {
+		r := withAuth()
+		set(t, r, "spec.prometheus.auth.secretRef.namespace", "team-a")
+		return r
+	}
+	admittedBy(t, "a Region whose Prometheus Secret is in configrollout-system", evaluateAs(v, regions, withAuth(), nil))
+	want := "spec.prometheus.auth.secretRef.namespace must be configrollout-system (the controller's namespace), not team-a"
+	deniedWith(t, "a Region whose Prometheus Secret is in team-a", evaluateAs(v, regions, inTeamA(), nil), want)
+	deniedWith(t, "moving a Region's Prometheus Secret to team-a", evaluateAs(v, regions, inTeamA(), withAuth()), want)
+}
+
+func admittedBy(t *testing.T, what string, result validating.ValidateResult) {
+	t.Helper()
+	for _, d := range result.Decisions {
+		if d.Action != validating.ActionAdmit {
+			t.Fatalf("%s was refused: %+v", what, d)
+		}
+	}
+}
+
+func deniedWith(t *testing.T, what string, result validating.ValidateResult, want string) {
+	t.Helper()
+	var denials []validating.PolicyDecision
+	for _, d := range result.Decisions {
+		if d.Action != validating.ActionAdmit {
+			denials = append(denials, d)
+		}
+	}
+	if len(denials) != 1 {
+		t.Fatalf("%s: want one denial, got %+v", what, result.Decisions)
+	}
+	d := denials[0]
+	if d.Action != validating.ActionDeny || d.Evaluation != validating.EvalDeny {
+		t.Fatalf("%s: want a deny verdict (not an evaluation error), got %+v", what, d)
+	}
+	if d.Message != want {
+		t.Fatalf("%s: message %q, want %q", what, d.Message, want)
+	}
+	if d.Reason != "Forbidden" {
+		t.Fatalf("%s: reason %q, want Forbidden", what, d.Reason)
+	}
 }

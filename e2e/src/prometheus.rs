@@ -194,6 +194,10 @@ pub struct Monitoring {
     pub controllers: Vec<String>,
     /// Rule files to load (`rule_files:`).
     pub rule_files: Vec<PathBuf>,
+    /// Remote-read endpoints queried for recent data too (`remote_read:` with
+    /// `read_recent: true`). One that does not answer makes every query answer with
+    /// `warnings`, as a Thanos or Cortex store that is down does.
+    pub remote_read: Vec<String>,
 }
 
 fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
@@ -216,6 +220,12 @@ fn scrape_config(targets: &[&str], monitoring: &Monitoring) -> String {
             "  - job_name: configrollout-controller\n    metrics_path: /metrics\n    static_configs:\n      - targets: [{}]\n",
             quoted_list(monitoring.controllers.iter().map(String::as_str))
         ));
+    }
+    if !monitoring.remote_read.is_empty() {
+        config.push_str("remote_read:\n");
+        for url in &monitoring.remote_read {
+            config.push_str(&format!("  - url: {url:?}\n    read_recent: true\n"));
+        }
     }
     if !monitoring.rule_files.is_empty() {
         let files: Vec<String> = monitoring
@@ -349,6 +359,7 @@ mod tests {
         let monitoring = Monitoring {
             controllers: vec!["127.0.0.1:3".into()],
             rule_files: vec![PathBuf::from("/lab/rules.yaml")],
+            remote_read: vec!["http://127.0.0.1:9/api/v1/read".into()],
         };
         let config: serde_yaml::Value =
             serde_yaml::from_str(&scrape_config(&["127.0.0.1:1"], &monitoring))
@@ -361,6 +372,11 @@ mod tests {
         assert_eq!(job["job_name"], "configrollout-controller");
         assert_eq!(job["static_configs"][0]["targets"][0], "127.0.0.1:3");
         assert_eq!(config["rule_files"][0], "/lab/rules.yaml");
+        assert_eq!(
+            config["remote_read"][0]["url"],
+            "http://127.0.0.1:9/api/v1/read"
+        );
+        assert_eq!(config["remote_read"][0]["read_recent"], true);
     }
 
     #[test]

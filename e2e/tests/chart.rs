@@ -94,6 +94,7 @@ fn schema_refuses_unknown_keys_and_wrong_types() {
         ("logFormat=xml", "/logFormat"),
         ("leaderElection.enabled=yes", "/leaderElection/enabled"),
         ("prometheusUrl=prometheus:9090", "/prometheusUrl"),
+        ("gateSettleTime=a minute", "/gateSettleTime"),
         ("serviceMonitor.enabled=1", "/serviceMonitor/enabled"),
         (
             "prometheusRule.for.halted=soon",
@@ -126,6 +127,7 @@ fn values_reach_the_deployment() {
         "resources.limits.memory=512Mi",
         "leaderElection.leaseDuration=20s",
         "prometheusUrl=http://prometheus.monitoring:9090",
+        "gateSettleTime=2m",
         "logFormat=text",
         "imagePullSecrets[0]=regcred",
     ]);
@@ -150,6 +152,7 @@ fn values_reach_the_deployment() {
             "--probe-addr=0.0.0.0:8080",
             "--lease-duration=20s",
             "--prometheus-url=http://prometheus.monitoring:9090",
+            "--gate-settle-time=2m",
         ]
     );
 

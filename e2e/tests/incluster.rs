@@ -283,6 +283,10 @@ async fn run_in_cluster(
         // The Deployment's env: POD_NAME from the pod's name.
         "--env",
         &format!("POD_NAME={POD_NAME}"),
+        // Beyond the Deployment's: the lab's workloads load a value within a second of
+        // its write, so its gates wait what the other lab tests' do, not a minute.
+        "--env",
+        &format!("CONFIGROLLOUT_GATE_SETTLE_TIME={LAB_GATE_SETTLE_TIME}"),
         IMAGE,
     ]
     .iter()

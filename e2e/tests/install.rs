@@ -320,6 +320,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
         world.lab.monitor(&Monitoring {
             controllers: vec![probe_addr.to_owned()],
             rule_files: vec![rules],
+            ..Monitoring::default()
         }),
     )
     .await;
@@ -541,7 +542,7 @@ async fn the_monitoring_objects_pass_the_operators_schemas(world: &World) {
     let plain: serde_json::Value = serde_yaml::from_str(&plain).expect("rules parse");
     let expected =
         alerts_and_expressions(plain["groups"][0]["rules"].as_array().expect("plain rules"));
-    assert_eq!(stored.len(), 10);
+    assert_eq!(stored.len(), 11);
     assert_eq!(
         stored, expected,
         "the stored PrometheusRule is the plain rule file"

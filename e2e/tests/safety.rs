@@ -2,10 +2,12 @@
 //! workloads, which are real consumers (each watches its region's target ConfigMap and
 //! fails requests while the configuration it loaded is bad). A bad value is caught in the
 //! canary and halted or rolled back before it spreads; a dark Prometheus holds the
-//! rollout and then halts it. The regions run kube-controller-manager, kube-scheduler
-//! and KWOK, so consumer Deployments get pods that turn Ready and restart for real. One
-//! lab for the whole binary; the scenarios run in order, each on its own rollout and
-//! target.
+//! rollout and then halts it, and a partial answer (with `warnings`) is never taken as
+//! whole; a gate waits for a workload that loads a value late and fails on it, never
+//! passing on the data from before. The regions run kube-controller-manager,
+//! kube-scheduler and KWOK, so consumer Deployments get pods that turn Ready and restart
+//! for real. One lab for the whole binary; the scenarios run in order, each on its own
+//! rollout and target.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -14,6 +16,7 @@ use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
 use configrollout::regions::overrides::write_override;
+use configrollout_e2e::prometheus::Monitoring;
 use configrollout_e2e::{KUBECONFIG_SECRET_KEY, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -364,6 +367,84 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
     assert!(gate.successes >= 8 && gate.inconclusives <= 2, "{gate:?}");
     assert!(world.has_event(name, "Retried").await);
     world.assert_good_everywhere(name).await;
+}
+
+/// Whether the lab's Prometheus answers `up` with `warnings` (read raw: the lab's own
+/// query helper ignores them, as the controller used to).
+async fn prometheus_warns(world: &World) -> bool {
+    let url = format!("{}/api/v1/query?query=up", world.lab.prometheus_url());
+    let answer: serde_json::Value = within("query Prometheus", async {
+        reqwest::get(&url).await?.json::<serde_json::Value>().await
+    })
+    .await;
+    answer["warnings"]
+        .as_array()
+        .is_some_and(|warnings| !warnings.is_empty())
+}
+
+/// A Prometheus whose remote store does not answer gives partial answers, with
+/// `warnings` (as Thanos or Cortex do when a store is down): the gate takes none of them
+/// as whole. A good value, which whole answers would pass, is held Inconclusive and
+/// halted past the limit; prod is never written.
+async fn partial_answers_are_inconclusive(world: &mut World) {
+    let name = "timeouts-partial";
+    let unanswered = format!("http://{}/api/v1/read", free_local_addr());
+    within(
+        "give Prometheus a remote store that does not answer",
+        world.lab.monitor(&Monitoring {
+            remote_read: vec![unanswered],
+            ..Monitoring::default()
+        }),
+    )
+    .await;
+    eventually("Prometheus answers with warnings", PROGRESS, || async {
+        prometheus_warns(world).await.then_some(())
+    })
+    .await;
+    world.consume(name).await;
+    let shape = Shape {
+        on_failure: "Halt",
+        count: 3,
+        inconclusive_limit: 1,
+        canary_pause: None,
+    };
+    world
+        .create_rollout(&gated_rollout(name, GOOD_TIMEOUT, &shape))
+        .await;
+    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    within(
+        "Prometheus without the remote store again",
+        world.lab.monitor(&Monitoring::default()),
+    )
+    .await;
+    eventually("Prometheus answers whole again", PROGRESS, || async {
+        (!prometheus_warns(world).await).then_some(())
+    })
+    .await;
+
+    let gate = &stage(&halted, "canary").gates[0];
+    assert_eq!((gate.successes, gate.inconclusives), (0, 2), "{gate:?}");
+    for sample in &gate.samples {
+        assert_eq!(sample.verdict, SampleVerdict::Inconclusive, "{gate:?}");
+        let message = sample.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("Prometheus warned that the answer may be incomplete")
+                && message.contains("remote_read"),
+            "the sample says why: {message}"
+        );
+    }
+    let halted_condition = condition(&halted, "Halted");
+    assert_eq!(halted_condition.reason, "GateFailed");
+    assert!(
+        halted_condition
+            .message
+            .contains("2 inconclusive samples, limit 1"),
+        "{}",
+        halted_condition.message
+    );
+    for region in ["region-2", "region-3"] {
+        assert_eq!(world.target_data(region, name).await, None, "{region}");
+    }
 }
 
 async fn an_aborted_rollout_is_rolled_back_and_publishes_nothing_more(world: &World) {
@@ -877,6 +958,167 @@ async fn consumers_are_counted_until_every_instance_has_the_revision(world: &Wor
     assert_eq!(world.target_data("region-2", name).await, None);
 }
 
+/// `--gate-settle-time` of the controller of [`a_gate_waits_for_a_workload_that_loads_the_value_late`]:
+/// long enough for its late-loading workload (3 s after the write) to fail requests
+/// visibly (two or three scrapes) with room to spare on two busy cores.
+const LATE_LOAD_SETTLE_TIME: &str = "15s";
+/// How long after the write region-1's workload loads the value in that scenario.
+const LATE_LOAD_AFTER: Duration = Duration::from_secs(3);
+
+/// The issue's default gate (one sample, no initialDelay) on the canary of a rollout
+/// that declares no consumers; prod is not gated.
+fn late_loading_rollout(name: &str, timeout_ms: &str) -> String {
+    rollout_yaml(
+        name,
+        &format!(
+            r#"
+  onFailure: Rollback
+  data:
+    timeout_ms: "{timeout_ms}"
+    banner: "{BANNER}"
+  gates:
+    - name: errors
+      query: '{ERROR_RATIO}'
+      condition: result < 0.1
+      interval: 2s
+  stages:
+    - name: canary
+      regions: {{names: [region-1]}}
+      gates: [errors]
+    - name: prod
+      regions: {{names: [region-2, region-3]}}
+      maxParallel: 2
+"#
+        ),
+    )
+}
+
+/// A gate against a workload that fails only once it loads the value, and loads it
+/// seconds after the write (as one rereading a mounted file would): the window opens
+/// only after the settle time, so its sample sees the failures and the canary is rolled
+/// back, prod never written; then every region runs the value status says.
+async fn a_gate_waits_for_a_workload_that_loads_the_value_late(world: &World) {
+    let name = "late-load";
+    world.consume(name).await;
+    world
+        .create_rollout(&late_loading_rollout(name, GOOD_TIMEOUT))
+        .await;
+    let r1 = world.wait_complete(name, "r1").await;
+    world.assert_good_everywhere(name).await;
+    let canary = &stage(&r1, "canary").gates[0];
+    let opens = canary.opens_at.as_ref().expect("opensAt").0.as_second();
+    let verified = stage(&r1, "canary")
+        .verified_at
+        .as_ref()
+        .expect("verifiedAt")
+        .0
+        .as_second();
+    assert!(
+        opens - verified >= 14,
+        "r1's window opened {}s after the canary was verified, not the settle time",
+        opens - verified
+    );
+
+    // region-1's workload looks elsewhere for now: it will load r2 late.
+    within(
+        "point region-1's workload away",
+        world
+            .lab
+            .watch_config("region-1", APP, "late-load-elsewhere"),
+    )
+    .await;
+    let prod = WriteCounter::start_in(world, &["region-2", "region-3"], name).await;
+    world.set_timeout(name, BAD_TIMEOUT).await;
+    eventually("region-1 holds r2", PROGRESS, || async {
+        (world.timeout_in("region-1", name).await.as_deref() == Some(BAD_TIMEOUT)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(LATE_LOAD_AFTER).await;
+    // The canary is still verifying, its gate having judged nothing yet.
+    let before_load = world.rollout(name).await;
+    let canary = stage(&before_load, "canary");
+    assert!(
+        matches!(
+            canary.state,
+            StageState::Progressing | StageState::Verifying
+        ) && canary.gates.iter().all(|gate| gate.samples.is_empty()),
+        "the gate judged before the workload loaded the value: {canary:?}"
+    );
+    let loaded_at = k8s_openapi::jiff::Timestamp::now().as_second();
+    within(
+        "region-1's workload loads the target",
+        world.lab.watch_config("region-1", APP, name),
+    )
+    .await;
+
+    let rolled_back = world.wait_phase(name, "RolledBack", PROGRESS).await;
+    assert_canary_gate_failed(&rolled_back);
+    let window = &stage(&rolled_back, "canary").gates[0];
+    let opens = window.opens_at.as_ref().expect("opensAt").0.as_second();
+    assert!(
+        opens >= loaded_at,
+        "the window opened before the load: {window:?}"
+    );
+    let failed = window
+        .samples
+        .iter()
+        .find(|sample| sample.verdict == SampleVerdict::Failed)
+        .expect("the failing sample is in status");
+    assert!(failed.at.0.as_second() >= opens, "{window:?}");
+    assert_eq!(
+        (window.successes, window.failures),
+        (0, 1),
+        "the first sample judged the loaded value: {window:?}"
+    );
+    for (region, counter) in ["region-2", "region-3"].iter().zip(&prod) {
+        assert_eq!(counter.writes(), 0, "{region} never received r2");
+    }
+
+    // Every region runs what status says is live: r1's value, whose keyed digest the
+    // history records, in the target its workload loaded last.
+    let r1_digest = rolled_back
+        .status
+        .as_ref()
+        .and_then(|status| status.history.iter().find(|record| record.name == "r1"))
+        .and_then(|record| record.digest.clone())
+        .expect("r1's digest in history");
+    for region in REGIONS {
+        let (target_digest, target_revision) = eventually(
+            &format!("{region}: the workload runs what the region holds"),
+            PROGRESS,
+            || async {
+                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(world.region(region), APP);
+                let target = within("read target", api.get(name)).await;
+                let annotations = target.metadata.annotations.unwrap_or_default();
+                let revision = annotations.get("configrollout.dev/revision")?.clone();
+                let digest = annotations.get("configrollout.dev/digest")?.clone();
+                let history = within("config history", world.lab.config_history(region)).await;
+                let last = history.last()?;
+                (last.present && last.valid && last.revision == revision)
+                    .then_some((digest, revision))
+            },
+        )
+        .await;
+        assert_eq!(
+            target_digest, r1_digest,
+            "{region} ({target_revision}) holds r1's value, as status says"
+        );
+        assert_eq!(
+            world.timeout_in(region, name).await.as_deref(),
+            Some(GOOD_TIMEOUT),
+            "{region}"
+        );
+    }
+    eventually("the canary's error ratio falls", PROGRESS, || async {
+        world
+            .error_ratio("region-1")
+            .await
+            .filter(|ratio| *ratio < 0.1)
+    })
+    .await;
+}
+
 async fn no_value_leaves_the_regions(world: &World, metrics_url: &str) {
     let haystacks = observable_output(world, metrics_url).await;
     assert!(
@@ -1262,6 +1504,7 @@ async fn gates_on_the_lab() {
     a_bad_value_is_caught_in_the_canary_and_rolled_back(&world).await;
     a_bad_value_halts_where_it_is(&world).await;
     a_dark_prometheus_holds_the_rollout_then_halts_it(&mut world).await;
+    partial_answers_are_inconclusive(&mut world).await;
     a_passing_gate_opens_the_next_stage_after_its_window_and_pause(&world).await;
     an_aborted_rollout_is_rolled_back_and_publishes_nothing_more(&world).await;
     an_override_made_during_a_partition_survives_an_older_revision(&world).await;
@@ -1272,6 +1515,15 @@ async fn gates_on_the_lab() {
     an_edit_during_a_contract_wait_keeps_the_removal_and_its_approval(&world).await;
     a_region_that_left_the_stages_is_rolled_back_too(&world).await;
     retry_and_abort_resume_a_rollback_that_could_not_finish(&mut world).await;
+    // A controller with a settle time long enough to tell a late load from none.
+    controller.stop();
+    let probe_addr = free_local_addr();
+    let controller = world.start_controller_with(
+        "controller-settle",
+        &probe_addr,
+        &["--gate-settle-time", LATE_LOAD_SETTLE_TIME],
+    );
+    a_gate_waits_for_a_workload_that_loads_the_value_late(&world).await;
     no_value_leaves_the_regions(&world, &format!("http://{probe_addr}/metrics")).await;
     controller.stop();
 }

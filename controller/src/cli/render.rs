@@ -453,6 +453,13 @@ fn gate_node(rollout: &ConfigRollout, gate: &GateStatus) -> Node {
         ", {} failed, {} inconclusive",
         gate.failures, gate.inconclusives
     );
+    // Before its first sample, when it will be taken: a window waits for its opening.
+    if gate.samples.is_empty()
+        && gate.verdict == Some(crate::api::GateVerdict::Running)
+        && let Some(opens) = &gate.opens_at
+    {
+        let _ = write!(text, ", window opens {}", time(opens));
+    }
     let skip = gate.samples.len().saturating_sub(SAMPLES_SHOWN);
     let children = gate.samples[skip..]
         .iter()

@@ -1,6 +1,18 @@
 //! Gate windows: once every region of a stage is done, each of its gates is sampled every
-//! `interval`, starting `initialDelay` after the stage was verified. A gate whose query
-//! uses `{{region}}` has one window per region, otherwise one for the stage.
+//! `interval`, from when its window opens. A gate whose query uses `{{region}}` has one
+//! window per region, otherwise one for the stage.
+//!
+//! Gates judge fresh data only. A window opens when the stage was verified (every region
+//! Activated, or Materialized where no consumers are declared) plus the gate's
+//! `initialDelay`; where being done does not show that a region's consumers loaded the
+//! revision (no consumers declared, or a `Reload` consumer without an `activationQuery`:
+//! its ready instances are counted, not those that reread the file), it opens no earlier
+//! than the controller's settle time after the verification (the longer of the two, not
+//! their sum). The opening is kept in the window's status (`opensAt`), so a controller
+//! restarted with another settle time keeps it. A sample counts only when it was taken on
+//! schedule and the backend evaluated it no earlier than it was due (the window's opening
+//! for the first): an answer evaluated before (a cached answer, a lagging store) is a
+//! query error that says so, never a verdict on the revision.
 //!
 //! A window passes with `count` successful samples; it fails (closed) with more than
 //! `failureLimit` failed or more than `inconclusiveLimit` inconclusive samples, or with
@@ -15,7 +27,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::api::{
-    ConfigRolloutSpec, ConfigRolloutStatus, Gate, GateSample, GateStatus, GateVerdict,
+    ConfigRolloutSpec, ConfigRolloutStatus, Delivery, Gate, GateSample, GateStatus, GateVerdict,
     RolloutPhase, SampleVerdict, StageState,
 };
 use crate::gates::{
@@ -25,6 +37,22 @@ use crate::gates::{
 use super::clock::{after, from_time, spec_duration, to_time};
 use super::observations::GateSampleObservation;
 use super::{Draft, MAX_SAMPLES_PER_GATE, SampleTally};
+
+/// The settle time of a controller that names none (`--gate-settle-time`), and of a
+/// window opened by a controller that did not record its opening. One minute: the
+/// kubelet's default sync period, within which a mounted ConfigMap is refreshed, and two
+/// scrapes at the 30 s interval of the shipped ServiceMonitor.
+pub const DEFAULT_GATE_SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a region being done shows that its consumers loaded the revision: consumers
+/// are declared, and each either reports the revision (`activationQuery`) or was
+/// restarted onto it (`Restart`: its new instances read the ConfigMap when they start).
+pub fn done_shows_consumers_loaded(spec: &ConfigRolloutSpec) -> bool {
+    !spec.consumers.is_empty()
+        && spec.consumers.iter().all(|consumer| {
+            consumer.activation_query.is_some() || consumer.delivery == Delivery::Restart
+        })
+}
 
 /// A sample the reconcile should take now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +92,7 @@ pub fn gates_due(
     let Some(revision) = status.revision.as_deref() else {
         return due;
     };
+    let legacy_settle = settle_time(spec, DEFAULT_GATE_SETTLE_TIME);
     for stage in &status.stages {
         if stage.state != StageState::Verifying {
             continue;
@@ -78,7 +107,7 @@ pub fn gates_due(
             let Some(gate) = spec.gates.iter().find(|gate| gate.name == window.name) else {
                 continue;
             };
-            if Schedule::of(gate, verified_at).next_sample_at(window) > now {
+            if Schedule::of(gate, window, verified_at, legacy_settle).next_sample_at(window) > now {
                 continue;
             }
             let values = TemplateValues {
@@ -107,14 +136,21 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn of(gate: &Gate, verified_at: DateTime<Utc>) -> Self {
-        let delay = gate
-            .initial_delay
-            .as_deref()
-            .and_then(spec_duration)
-            .unwrap_or_default();
+    /// The schedule of `window`, opened when its stage was verified at `verified_at`. A
+    /// window opened by a controller that did not record openings opens as if this one
+    /// had opened it with the default settle time (`legacy_settle`, zero where consumers
+    /// show they loaded the revision).
+    fn of(
+        gate: &Gate,
+        window: &GateStatus,
+        verified_at: DateTime<Utc>,
+        legacy_settle: std::time::Duration,
+    ) -> Self {
         Schedule {
-            opens: after(verified_at, delay),
+            opens: window
+                .opens_at
+                .as_ref()
+                .map_or_else(|| opening(gate, verified_at, legacy_settle), from_time),
             interval: spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1)),
         }
     }
@@ -128,20 +164,50 @@ impl Schedule {
     }
 }
 
-/// One window per gate (and per region for gates that use `{{region}}`).
+/// The settle time windows of `spec` wait: `configured`, or none where consumers show
+/// they loaded the revision.
+fn settle_time(spec: &ConfigRolloutSpec, configured: std::time::Duration) -> std::time::Duration {
+    if done_shows_consumers_loaded(spec) {
+        std::time::Duration::ZERO
+    } else {
+        configured
+    }
+}
+
+/// When a window of `gate` opens for a stage verified at `verified_at`: `initialDelay`
+/// later, or `settle` later if that is longer.
+fn opening(gate: &Gate, verified_at: DateTime<Utc>, settle: std::time::Duration) -> DateTime<Utc> {
+    let delay = gate
+        .initial_delay
+        .as_deref()
+        .and_then(spec_duration)
+        .unwrap_or_default();
+    let settle = TimeDelta::from_std(settle).unwrap_or(TimeDelta::MAX);
+    after(verified_at, delay.max(settle))
+}
+
+/// One window per gate (and per region for gates that use `{{region}}`), opening as the
+/// module says.
 pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
     let stage = &draft.spec.stages[index];
     let regions = &draft.plan.stages[index];
+    let verified_at = draft.status.stages[index]
+        .verified_at
+        .as_ref()
+        .map_or(draft.now, from_time);
+    let settle = settle_time(draft.spec, draft.obs.gate_settle_time);
     let mut windows = Vec::new();
     for gate in stage
         .gates
         .iter()
         .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
     {
+        let opens_at = Some(to_time(opening(gate, verified_at, settle)));
         let running = |region: Option<String>| GateStatus {
             name: gate.name.clone(),
             region,
             verdict: Some(GateVerdict::Running),
+            opens_at: opens_at.clone(),
             ..GateStatus::default()
         };
         if uses_placeholder(&gate.query, "region") {
@@ -173,15 +239,13 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
     let mut failure = None;
     let mut all_passed = true;
     let mut next_due: Option<DateTime<Utc>> = None;
+    let legacy_settle = settle_time(draft.spec, DEFAULT_GATE_SETTLE_TIME);
     // Parse each gate once per decision, not once per window and sample.
-    let compiled: Vec<(&Gate, Option<Condition>, Schedule)> = draft.spec.stages[index]
+    let compiled: Vec<(&Gate, Option<Condition>)> = draft.spec.stages[index]
         .gates
         .iter()
         .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
-        .map(|gate| {
-            let condition = Condition::parse(&gate.condition).ok();
-            (gate, condition, Schedule::of(gate, verified_at))
-        })
+        .map(|gate| (gate, Condition::parse(&gate.condition).ok()))
         .collect();
     // This stage's samples of this revision, grouped by (gate, region) in time order, so
     // that each window finds its own with a binary search instead of a scan.
@@ -199,11 +263,11 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
         ))
     });
     for window in &mut draft.status.stages[index].gates {
-        let Some((gate, condition, schedule)) =
-            compiled.iter().find(|(gate, ..)| gate.name == window.name)
+        let Some((gate, condition)) = compiled.iter().find(|(gate, _)| gate.name == window.name)
         else {
             continue;
         };
+        let schedule = &Schedule::of(gate, window, verified_at, legacy_settle);
         if window.verdict == Some(GateVerdict::Running)
             && let Some(condition) = condition
         {
@@ -271,7 +335,8 @@ pub fn verdict_of(gate: &Gate, window: &GateStatus) -> GateVerdict {
     }
 }
 
-/// Counts `samples` (this window's, in time order) that fall on the window's schedule.
+/// Counts `samples` (this window's, in time order) that fall on the window's schedule and
+/// were evaluated no earlier than they were due.
 fn record_samples<'o>(
     samples: impl Iterator<Item = &'o GateSampleObservation>,
     gate: &Gate,
@@ -281,18 +346,32 @@ fn record_samples<'o>(
     tally: &mut SampleTally,
 ) {
     for sample in samples {
-        if sample.at < schedule.next_sample_at(window) {
+        let due = schedule.next_sample_at(window);
+        if sample.at < due {
             continue;
         }
-        let evaluation = evaluate(condition, &sample.result);
-        if let QueryResult::Error(why) = &sample.result {
+        let stale = sample.evaluated_at.filter(|evaluated| *evaluated < due);
+        let error = match (&sample.result, stale) {
+            (QueryResult::Error(why), _) => Some(format!("query error: {why}")),
+            (_, Some(evaluated)) => Some(format!(
+                "stale answer: evaluated at {}, before the sample was due at {} (window \
+                 opened {}); it says nothing of the revision",
+                evaluated.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                schedule
+                    .opens
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            )),
+            _ => None,
+        };
+        if let Some(message) = error {
             window.consecutive_errors = window.consecutive_errors.saturating_add(1);
             tally.errors = tally.errors.saturating_add(1);
             window.samples.push(GateSample {
                 at: to_time(sample.at),
                 value: None,
                 verdict: SampleVerdict::Error,
-                message: Some(bounded(&format!("query error: {why}"))),
+                message: Some(bounded(&message)),
             });
             let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
             window.samples.drain(..excess);
@@ -302,6 +381,7 @@ fn record_samples<'o>(
             continue;
         }
         window.consecutive_errors = 0;
+        let evaluation = evaluate(condition, &sample.result);
         let (verdict, message) = match evaluation.verdict {
             Verdict::Successful => {
                 window.successes = window.successes.saturating_add(1);
@@ -316,10 +396,14 @@ fn record_samples<'o>(
             Verdict::Inconclusive => {
                 window.inconclusives = window.inconclusives.saturating_add(1);
                 tally.inconclusive = tally.inconclusive.saturating_add(1);
-                let reason = evaluation
-                    .reason
-                    .map_or("inconclusive", |reason| reason.as_str());
-                (SampleVerdict::Inconclusive, Some(reason.to_owned()))
+                let reason = match &sample.result {
+                    QueryResult::Partial(why) => bounded(why),
+                    _ => evaluation
+                        .reason
+                        .map_or("inconclusive", |reason| reason.as_str())
+                        .to_owned(),
+                };
+                (SampleVerdict::Inconclusive, Some(reason))
             }
         };
         window.samples.push(GateSample {

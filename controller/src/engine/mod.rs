@@ -51,7 +51,9 @@ use crate::api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPh
 
 pub use actions::{Action, Decision, EventType, SampleTally};
 pub use conditions::reconcile_failed;
-pub use gate_windows::{GateSampleRequest, gates_due};
+pub use gate_windows::{
+    DEFAULT_GATE_SETTLE_TIME, GateSampleRequest, done_shows_consumers_loaded, gates_due,
+};
 pub use observations::{
     AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
     GateSampleObservation, Observations, RegionObservation,

@@ -50,6 +50,10 @@ pub struct Observations {
     /// Tombstones the rollout's current revision state holds (removed keys not collected
     /// from it yet).
     pub revision_tombstones: u32,
+    /// How long gate windows wait after a stage's regions are done when nothing shows
+    /// that the region's consumers loaded the revision (the controller's
+    /// `--gate-settle-time`; see `gate_windows`).
+    pub gate_settle_time: std::time::Duration,
 }
 
 /// The desired configuration, identified without its values.
@@ -132,8 +136,11 @@ pub struct GateSampleObservation {
     pub revision: String,
     /// Region, for gates evaluated per region.
     pub region: Option<String>,
-    /// When the query ran.
+    /// When the query ran, by the controller's clock.
     pub at: DateTime<Utc>,
+    /// When the backend evaluated it, by the backend's clock (see
+    /// [`crate::gates::Answer::evaluated_at`]); `None` when the answer carries no time.
+    pub evaluated_at: Option<DateTime<Utc>>,
     /// What it returned.
     pub result: QueryResult,
 }

@@ -12,6 +12,6 @@ pub mod template;
 pub mod verdict;
 
 pub use condition::{Comparison, Condition, ConditionError};
-pub use provider::{GateProvider, SampleFuture, SampleSource};
+pub use provider::{Access, Authorization, Credentials, GateProvider, SampleFuture, SampleSource};
 pub use template::{TemplateError, TemplateValues, check_template, render, uses_placeholder};
-pub use verdict::{Evaluation, InconclusiveReason, Labels, QueryResult, Verdict, evaluate};
+pub use verdict::{Answer, Evaluation, InconclusiveReason, Labels, QueryResult, Verdict, evaluate};

@@ -1,19 +1,20 @@
 //! The seam through which a gate sample is taken.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::verdict::QueryResult;
+use super::verdict::Answer;
 
 /// The future returned by [`GateProvider::sample`]. Boxed so that the trait stays
 /// object-safe and the reconcile can hold a `dyn GateProvider`.
-pub type SampleFuture<'a> = Pin<Box<dyn Future<Output = QueryResult> + Send + 'a>>;
+pub type SampleFuture<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 
 /// Runs an already rendered query against a region's metrics backend.
 ///
 /// Implementations never fail: a backend error, a timeout or an unreachable endpoint is
-/// reported as [`QueryResult::Error`], which the verdict turns into Inconclusive, so a
-/// broken backend can only ever hold a gate closed.
+/// reported as [`super::QueryResult::Error`], which the engine counts as a query error,
+/// so a broken backend can only ever hold a gate closed.
 pub trait GateProvider: Send + Sync {
     /// Samples `query` against the backend `source` names, or the default backend when
     /// it names none.
@@ -22,10 +23,93 @@ pub trait GateProvider: Send + Sync {
 
 /// Where a sample is taken, resolved by the caller from the Region it read in the same
 /// reconcile: a gate never samples a backend its region no longer names.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct SampleSource<'a> {
     /// The region a per-region gate samples; `None` for a stage-wide gate.
     pub region: Option<&'a str>,
     /// The Prometheus URL the region names (`spec.prometheus.url`); `None`: the default.
     pub url: Option<&'a str>,
+    /// What the region's `spec.prometheus.auth` gave.
+    pub access: Access<'a>,
+}
+
+/// The credentials a sample is taken with.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Access<'a> {
+    /// None: the region names no `auth` (or the sample goes to the default backend).
+    #[default]
+    Anonymous,
+    /// Those the region's Secret holds.
+    With(&'a Credentials),
+    /// The region names credentials that cannot be had (the Secret is missing, outside
+    /// the controller's namespace, lacks a key...): the sample is a query error saying
+    /// why, and is never taken without them.
+    Unusable(&'a str),
+}
+
+/// Credentials for one Prometheus, read from a Secret. `Debug` shows which parts are
+/// present, never their bytes.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Credentials {
+    /// The `Authorization` to send, if any.
+    pub authorization: Option<Authorization>,
+    /// PEM certificates: the only roots the server's certificate is checked against.
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+/// An `Authorization` header's credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Authorization {
+    /// `Bearer <token>`.
+    Bearer(String),
+    /// `Basic base64(username:password)`.
+    Basic {
+        /// User name (no `:`).
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("authorization", &self.authorization)
+            .field(
+                "ca_bundle",
+                &self.ca_bundle.as_ref().map(|bundle| bundle.len()),
+            )
+            .finish()
+    }
+}
+
+impl fmt::Debug for Authorization {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Authorization::Bearer(_) => "Bearer(***)",
+            Authorization::Basic { .. } => "Basic(***)",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_a_credential() {
+        let credentials = Credentials {
+            authorization: Some(Authorization::Basic {
+                username: "s3cr3t-user".into(),
+                password: "s3cr3t-password".into(),
+            }),
+            ca_bundle: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+        };
+        let shown = format!(
+            "{credentials:?} {:?}",
+            Authorization::Bearer("s3cr3t-token".into())
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("Basic(***)") && shown.contains("Bearer(***)"));
+    }
 }

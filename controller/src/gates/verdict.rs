@@ -2,7 +2,8 @@
 //! to Successful, Failed or Inconclusive.
 //!
 //! The rule, chosen to fail closed:
-//! - a query error, an empty result (no series, or an empty vector) is **Inconclusive**;
+//! - a query error, an empty result (no series, or an empty vector) or a partial answer
+//!   (the backend warned that it may be missing data) is **Inconclusive**;
 //! - `result` in a comparison outside `all(...)`/`any(...)` is the scalar, or the single
 //!   element of a one-element vector; applied to a vector of two or more elements it is
 //!   ambiguous and therefore **Inconclusive** (write `all(...)` or `any(...)` to say which);
@@ -18,6 +19,8 @@
 //! not depend on the missing data can pass.
 
 use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
 
 use super::condition::Condition;
 
@@ -35,6 +38,30 @@ pub enum QueryResult {
     Empty,
     /// The query could not be run (backend error, timeout, unreachable).
     Error(String),
+    /// The backend answered but warned that the answer may be missing data (Prometheus
+    /// `warnings`: a store of Thanos or Cortex, or a remote read, did not answer). The
+    /// text says why, bounded; the data is not used.
+    Partial(String),
+}
+
+/// A query result with the time the backend evaluated it, by the backend's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What the query returned.
+    pub result: QueryResult,
+    /// When the backend evaluated the query (Prometheus: the earliest timestamp of the
+    /// answer's samples); `None` when the answer carries no sample (an error, no series)
+    /// or the backend gives no time.
+    pub evaluated_at: Option<DateTime<Utc>>,
+}
+
+impl From<QueryResult> for Answer {
+    fn from(result: QueryResult) -> Self {
+        Answer {
+            result,
+            evaluated_at: None,
+        }
+    }
 }
 
 impl QueryResult {
@@ -48,7 +75,7 @@ impl QueryResult {
                 .map(|(_, value)| *value)
                 .filter(|v| v.is_finite())
                 .reduce(f64::max),
-            QueryResult::Empty | QueryResult::Error(_) => None,
+            QueryResult::Empty | QueryResult::Error(_) | QueryResult::Partial(_) => None,
         }
     }
 }
@@ -75,6 +102,8 @@ pub enum InconclusiveReason {
     NotANumber,
     /// A bare `result` comparison met a vector of several series.
     AmbiguousVector,
+    /// The backend warned that its answer may be missing data.
+    PartialAnswer,
 }
 
 impl InconclusiveReason {
@@ -87,6 +116,7 @@ impl InconclusiveReason {
             InconclusiveReason::AmbiguousVector => {
                 "several series for a bare `result` comparison; use all() or any()"
             }
+            InconclusiveReason::PartialAnswer => "partial answer",
         }
     }
 }
@@ -108,6 +138,7 @@ pub fn evaluate(condition: &Condition, result: &QueryResult) -> Evaluation {
     let elements: Vec<f64> = match result {
         QueryResult::Error(_) => return inconclusive(value, InconclusiveReason::QueryError),
         QueryResult::Empty => return inconclusive(value, InconclusiveReason::NoData),
+        QueryResult::Partial(_) => return inconclusive(value, InconclusiveReason::PartialAnswer),
         QueryResult::Scalar(value) => vec![*value],
         QueryResult::Vector(series) if series.is_empty() => {
             return inconclusive(value, InconclusiveReason::NoData);
@@ -275,6 +306,17 @@ mod tests {
         );
         assert_eq!(error.verdict, Verdict::Inconclusive);
         assert_eq!(error.reason, Some(InconclusiveReason::QueryError));
+    }
+
+    #[test]
+    fn a_partial_answer_is_inconclusive_whatever_the_condition() {
+        let partial = QueryResult::Partial("1 warning: store unavailable".into());
+        for condition in ["result < 1", "result >= 0 or result < 0", "all(result < 1)"] {
+            let evaluation = evaluate(&Condition::parse(condition).unwrap(), &partial);
+            assert_eq!(evaluation.verdict, Verdict::Inconclusive, "{condition}");
+            assert_eq!(evaluation.reason, Some(InconclusiveReason::PartialAnswer));
+            assert_eq!(evaluation.value, None);
+        }
     }
 
     #[test]

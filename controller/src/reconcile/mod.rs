@@ -101,6 +101,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
     pub four_eyes_default: bool,
+    /// How long gate windows wait after a stage's regions are done where nothing shows
+    /// that consumers loaded the revision (`--gate-settle-time`).
+    pub gate_settle_time: std::time::Duration,
     /// Whether the admission policies approvals rely on are installed.
     pub policies: admission_policies::PolicyCheck,
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 
 use super::fetch::{Fetched, control};
-use super::region_read::{ObservedRegion, Reader, prometheus_url, read_region};
+use super::region_read::{ObservedRegion, Reader, RegionPrometheus, read_region};
 use super::{Context, HubError, MAX_CLOCK_DRIFT, api_call};
 use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
@@ -116,6 +116,7 @@ pub async fn observe(
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         four_eyes_default: ctx.four_eyes_default,
+        gate_settle_time: ctx.gate_settle_time,
         missing_policies,
         revision_tombstones: current.map_or(0, |revision| {
             u32::try_from(revision.state.tombstones()).unwrap_or(u32::MAX)
@@ -208,7 +209,7 @@ fn selected_regions(
 }
 
 /// Takes the gate samples due now, each from the Prometheus its region names in the
-/// Regions read by this same reconcile.
+/// Regions read by this same reconcile, with the credentials it names.
 async fn sample_gates(
     ctx: &Context,
     rollout: &ConfigRollout,
@@ -217,25 +218,40 @@ async fn sample_gates(
     now: DateTime<Utc>,
 ) -> Vec<GateSampleObservation> {
     let due = engine::gates_due(&rollout.spec, status, now);
-    futures::future::join_all(due.into_iter().map(|request| async move {
-        let url = request.region.as_deref().and_then(|name| {
-            regions
-                .iter()
-                .find(|region| region.name_any() == name)
-                .and_then(prometheus_url)
-        });
-        let source = SampleSource {
-            region: request.region.as_deref(),
-            url,
+    if due.is_empty() {
+        return Vec::new();
+    }
+    // Each region's Prometheus once, however many of its gates are due.
+    let mut targets: BTreeMap<&str, RegionPrometheus<'_>> = BTreeMap::new();
+    for name in due.iter().filter_map(|request| request.region.as_deref()) {
+        if targets.contains_key(name) {
+            continue;
+        }
+        if let Some(region) = regions.iter().find(|region| region.name_any() == name) {
+            targets.insert(name, RegionPrometheus::of(ctx, region).await);
+        }
+    }
+    let targets = &targets;
+    futures::future::join_all(due.iter().map(|request| async move {
+        let source = match request.region.as_deref() {
+            Some(name) => targets
+                .get(name)
+                .map(|target| target.source(name))
+                .unwrap_or(SampleSource {
+                    region: Some(name),
+                    ..SampleSource::default()
+                }),
+            None => SampleSource::default(),
         };
-        let result = ctx.gates.sample(source, &request.query).await;
+        let answer = ctx.gates.sample(source, &request.query).await;
         GateSampleObservation {
-            gate: request.gate,
-            stage: request.stage,
-            revision: request.revision,
-            region: request.region,
+            gate: request.gate.clone(),
+            stage: request.stage.clone(),
+            revision: request.revision.clone(),
+            region: request.region.clone(),
             at: now,
-            result,
+            evaluated_at: answer.evaluated_at,
+            result: answer.result,
         }
     }))
     .await

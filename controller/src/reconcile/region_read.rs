@@ -2,6 +2,7 @@
 //! writes there, and how far its consumers got. Nothing here writes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 
@@ -9,7 +10,7 @@ use super::Context;
 use crate::api::{ConfigRollout, ExpandContract, Region, RevisionStep, TargetRef};
 use crate::crdt::{Stamp, WriterId, WriterKind};
 use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
-use crate::gates::{SampleSource, TemplateValues, render};
+use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
 use crate::regions::store::{self, Ownership, Snapshot};
@@ -128,11 +129,12 @@ pub async fn read_region(
                 if let Some(pass) = found.applied
                     && !rollout.spec.consumers.is_empty()
                 {
+                    let prometheus = RegionPrometheus::of(ctx, region).await;
                     let scope = ConsumerScope {
                         ctx,
                         rollout,
                         region: &observation.name,
-                        prometheus: prometheus_url(region),
+                        prometheus: &prometheus,
                         stage,
                     };
                     match consumer_counts(&client, &scope, &revision.name, pass).await {
@@ -234,8 +236,8 @@ async fn consumer_counts(
                 // The template was checked when the spec was validated.
                 match render(template, &values) {
                     Ok(query) => {
-                        let result = scope.ctx.gates.sample(scope.source(), &query).await;
-                        activated_from(&result, counted.total).unwrap_or(0)
+                        let answer = scope.ctx.gates.sample(scope.source(), &query).await;
+                        activated_from(&answer.result, counted.total).unwrap_or(0)
                     }
                     Err(_) => 0,
                 }
@@ -255,26 +257,54 @@ struct ConsumerScope<'a> {
     rollout: &'a ConfigRollout,
     /// The region's name.
     region: &'a str,
-    /// The Prometheus URL the region names, if any.
-    prometheus: Option<&'a str>,
+    /// The Prometheus the region names, if any.
+    prometheus: &'a RegionPrometheus<'a>,
     /// The stage covering the region.
     stage: &'a str,
 }
 
 impl ConsumerScope<'_> {
     fn source(&self) -> SampleSource<'_> {
-        SampleSource {
-            region: Some(self.region),
-            url: self.prometheus,
-        }
+        self.prometheus.source(self.region)
     }
 }
 
-/// The Prometheus URL `region` names (`spec.prometheus.url`), if any.
-pub fn prometheus_url(region: &Region) -> Option<&str> {
-    region
-        .spec
-        .prometheus
-        .as_ref()
-        .map(|prometheus| prometheus.url.as_str())
+/// Where a region's gate and activation queries go: the Prometheus its Region names
+/// (`spec.prometheus.url`, else the controller's default) with the credentials its
+/// `spec.prometheus.auth` Secret holds.
+pub struct RegionPrometheus<'r> {
+    url: Option<&'r str>,
+    credentials: Option<Result<Arc<Credentials>, String>>,
+}
+
+impl<'r> RegionPrometheus<'r> {
+    /// What `region` names, its credentials read (or taken from the cache).
+    pub async fn of(ctx: &Context, region: &'r Region) -> Self {
+        let credentials = ctx
+            .region_clients
+            .prometheus_credentials(region)
+            .await
+            .map(|read| read.map_err(|error| error.to_string()));
+        RegionPrometheus {
+            url: region
+                .spec
+                .prometheus
+                .as_ref()
+                .map(|prometheus| prometheus.url.as_str()),
+            credentials,
+        }
+    }
+
+    /// The source of a sample of region `name`.
+    pub fn source<'a>(&'a self, name: &'a str) -> SampleSource<'a> {
+        SampleSource {
+            region: Some(name),
+            url: self.url,
+            access: match &self.credentials {
+                None => Access::Anonymous,
+                Some(Ok(credentials)) => Access::With(credentials),
+                Some(Err(why)) => Access::Unusable(why),
+            },
+        }
+    }
 }

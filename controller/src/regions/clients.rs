@@ -21,8 +21,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
 use super::object_cache::{self, KeptObjects, RegionObjects, RegionWatches};
+use super::prometheus_credentials::{CredentialError, credentials_from};
 use super::store::CALL_TIMEOUT;
-use crate::api::{Region, SecretKeyRef};
+use crate::api::{PrometheusAuth, Region, SecretKeyRef};
+use crate::gates::Credentials;
 
 /// How long connecting to a region may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -266,8 +268,17 @@ struct CachedClient {
     watches: Arc<RegionWatches>,
 }
 
+/// A region's Prometheus credentials, what they were read for (the Region's `auth`) and
+/// the Secret's resourceVersion.
+struct CachedCredentials {
+    auth: PrometheusAuth,
+    version: Option<String>,
+    credentials: Arc<Credentials>,
+}
+
 /// A cache of region clients keyed by region name, rebuilt when the Secret's
-/// resourceVersion or the Region's reference changes.
+/// resourceVersion or the Region's reference changes. Region Prometheus credentials are
+/// cached beside them, the same way.
 ///
 /// The resourceVersion comes from the watch ([`RegionClients::follow_secret_versions`]):
 /// reading each Secret at each use cost one hub request per region per reconcile, the
@@ -283,6 +294,7 @@ pub struct RegionClients {
     hub_watches: Arc<RegionWatches>,
     policy: CredentialPolicy,
     cache: Mutex<HashMap<String, CachedClient>>,
+    prometheus: Mutex<HashMap<String, CachedCredentials>>,
     secret_versions: OnceLock<SecretVersions>,
     kept: KeptObjects,
 }
@@ -297,6 +309,7 @@ impl RegionClients {
             hub_watches: Arc::new(RegionWatches::new("hub", watch_hub)),
             policy,
             cache: Mutex::new(HashMap::new()),
+            prometheus: Mutex::new(HashMap::new()),
             secret_versions: OnceLock::new(),
             kept: KeptObjects::default(),
         }
@@ -331,6 +344,9 @@ impl RegionClients {
         if let Ok(mut cache) = self.cache.lock() {
             cache.retain(|name, _| existing.contains(name.as_str()));
         }
+        if let Ok(mut cache) = self.prometheus.lock() {
+            cache.retain(|name, _| existing.contains(name.as_str()));
+        }
         self.kept.retain(&existing);
     }
 
@@ -353,12 +369,23 @@ impl RegionClients {
             });
         }
         let name = region.metadata.name.clone().unwrap_or_default();
-        if let Some(watched) = self.watched_version(reference)
+        if let Some(watched) = self.watched_version(&reference.namespace, &reference.name)
             && let Some(client) = self.cached(&name, reference, watched.as_deref())
         {
             return Ok(client);
         }
-        let secret = self.read_secret(reference).await?;
+        let secret = self
+            .read_secret(
+                &reference.namespace,
+                &reference.name,
+                "read kubeconfig Secret",
+            )
+            .await
+            .map_err(|reason| ClientError::SecretUnreadable {
+                namespace: reference.namespace.clone(),
+                name: reference.name.clone(),
+                reason,
+            })?;
         let version = secret.metadata.resource_version.clone();
         if let Some(client) = self.cached(&name, reference, version.as_deref()) {
             return Ok(client);
@@ -382,10 +409,83 @@ impl RegionClients {
         Ok(client)
     }
 
-    /// The resourceVersion the watch last saw of the Secret `reference` names; `None`
+    /// The credentials of `region`'s Prometheus (`spec.prometheus.auth`), from the
+    /// Secret it names in the controller's namespace, read again only when the watch sees
+    /// the Secret change; `None` when the Region names none.
+    pub async fn prometheus_credentials(
+        &self,
+        region: &Region,
+    ) -> Option<Result<Arc<Credentials>, CredentialError>> {
+        let auth = region.spec.prometheus.as_ref()?.auth.as_ref()?;
+        Some(self.read_prometheus_credentials(region, auth).await)
+    }
+
+    async fn read_prometheus_credentials(
+        &self,
+        region: &Region,
+        auth: &PrometheusAuth,
+    ) -> Result<Arc<Credentials>, CredentialError> {
+        let reference = &auth.secret_ref;
+        // Checked before reading, as for kubeconfigs.
+        if reference.namespace != self.policy.controller_namespace {
+            return Err(CredentialError::OutsideControllerNamespace {
+                namespace: reference.namespace.clone(),
+                required: self.policy.controller_namespace.clone(),
+            });
+        }
+        let name = region.metadata.name.clone().unwrap_or_default();
+        if let Some(watched) = self.watched_version(&reference.namespace, &reference.name)
+            && let Some(credentials) = self.cached_credentials(&name, auth, watched.as_deref())
+        {
+            return Ok(credentials);
+        }
+        let secret = self
+            .read_secret(
+                &reference.namespace,
+                &reference.name,
+                "read Prometheus credentials Secret",
+            )
+            .await
+            .map_err(|reason| CredentialError::Unreadable {
+                namespace: reference.namespace.clone(),
+                name: reference.name.clone(),
+                reason,
+            })?;
+        let version = secret.metadata.resource_version.clone();
+        if let Some(credentials) = self.cached_credentials(&name, auth, version.as_deref()) {
+            return Ok(credentials);
+        }
+        let credentials = Arc::new(credentials_from(auth, &secret)?);
+        if let Ok(mut cache) = self.prometheus.lock() {
+            cache.insert(
+                name,
+                CachedCredentials {
+                    auth: auth.clone(),
+                    version,
+                    credentials: credentials.clone(),
+                },
+            );
+        }
+        Ok(credentials)
+    }
+
+    /// The cached credentials of `region` when they were read for `auth` at `version`.
+    fn cached_credentials(
+        &self,
+        region: &str,
+        auth: &PrometheusAuth,
+        version: Option<&str>,
+    ) -> Option<Arc<Credentials>> {
+        let cache = self.prometheus.lock().ok()?;
+        let cached = cache.get(region)?;
+        (cached.auth == *auth && cached.version.as_deref() == version)
+            .then(|| cached.credentials.clone())
+    }
+
+    /// The resourceVersion the watch last saw of the Secret `namespace/name`; `None`
     /// when there is no watch or it has not seen that Secret.
-    fn watched_version(&self, reference: &SecretKeyRef) -> Option<Option<String>> {
-        let key = ObjectRef::new(&reference.name).within(&reference.namespace);
+    fn watched_version(&self, namespace: &str, name: &str) -> Option<Option<String>> {
+        let key = ObjectRef::new(name).within(namespace);
         let secret = self.secret_versions.get()?.get(&key)?;
         Some(secret.metadata.resource_version.clone())
     }
@@ -403,20 +503,17 @@ impl RegionClients {
             .then(|| cached.client.clone())
     }
 
-    async fn read_secret(&self, reference: &SecretKeyRef) -> Result<Secret, ClientError> {
-        let api: Api<Secret> = Api::namespaced(self.hub.clone(), &reference.namespace);
-        let unreadable = |reason: String| ClientError::SecretUnreadable {
-            namespace: reference.namespace.clone(),
-            name: reference.name.clone(),
-            reason,
-        };
-        crate::api_call::timed(
-            "read kubeconfig Secret",
-            CALL_TIMEOUT,
-            api.get(&reference.name),
-        )
-        .await
-        .map_err(|error| unreadable(error.to_string()))
+    /// Reads the Secret `namespace/name` from the hub; the error is why, in words.
+    async fn read_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        what: &'static str,
+    ) -> Result<Secret, String> {
+        let api: Api<Secret> = Api::namespaced(self.hub.clone(), namespace);
+        crate::api_call::timed(what, CALL_TIMEOUT, api.get(name))
+            .await
+            .map_err(|error| error.to_string())
     }
 }
 

@@ -107,13 +107,13 @@ pub fn count(consumer: &Consumer, workloads: &[WorkloadState], marker: &str) -> 
 
 /// Instances an `activationQuery` says report the revision: the scalar, or the sum of the
 /// vector's elements (one per reporting series), at most `total`. No series is none
-/// activated yet; an error or a non-finite value is unknown (`None`).
+/// activated yet; an error, a partial answer or a non-finite value is unknown (`None`).
 pub fn activated_from(result: &QueryResult, total: u32) -> Option<u32> {
     let value = match result {
         QueryResult::Scalar(value) => *value,
         QueryResult::Vector(elements) => elements.iter().map(|(_, value)| *value).sum(),
         QueryResult::Empty => 0.0,
-        QueryResult::Error(_) => return None,
+        QueryResult::Error(_) | QueryResult::Partial(_) => return None,
     };
     if !value.is_finite() {
         return None;
@@ -386,6 +386,10 @@ mod tests {
         assert_eq!(activated_from(&QueryResult::Empty, 3), Some(0));
         assert_eq!(activated_from(&QueryResult::Scalar(f64::NAN), 3), None);
         assert_eq!(activated_from(&QueryResult::Error("down".into()), 3), None);
+        assert_eq!(
+            activated_from(&QueryResult::Partial("store down".into()), 3),
+            None
+        );
     }
 
     /// An API server that answers every request with `body` and records the request

@@ -6,6 +6,7 @@ pub mod consumers;
 pub mod materialize;
 pub mod object_cache;
 pub mod overrides;
+pub mod prometheus_credentials;
 pub mod publication;
 pub mod store;
 

@@ -57,6 +57,9 @@ pub struct FakeRegion {
 /// What a gate query returns in the fake world.
 pub type Metric = Box<dyn Fn(&str, Option<&str>) -> QueryResult>;
 
+/// When the fake Prometheus evaluates a query asked at a time (`None`: no timestamp).
+pub type Evaluation = Box<dyn Fn(DateTime<Utc>) -> Option<DateTime<Utc>>>;
+
 /// The simulated world.
 pub struct World {
     pub spec: ConfigRolloutSpec,
@@ -68,6 +71,10 @@ pub struct World {
     pub approvals: Vec<ApprovalObservation>,
     pub control: Control,
     pub metric: Metric,
+    /// When the fake Prometheus evaluates a query: by default when asked.
+    pub evaluation: Evaluation,
+    /// The controller's `--gate-settle-time` (zero unless a test sets it).
+    pub gate_settle_time: std::time::Duration,
     /// Every action ever returned, with the time of the decision.
     pub log: Vec<(DateTime<Utc>, Action)>,
     pub last: Option<Decision>,
@@ -118,6 +125,8 @@ impl World {
             approvals: Vec::new(),
             control: Control::default(),
             metric: Box::new(|_, _| QueryResult::Scalar(0.0)),
+            evaluation: Box::new(Some),
+            gate_settle_time: std::time::Duration::ZERO,
             log: Vec::new(),
             last: None,
             stamp_counter: 0,
@@ -145,6 +154,7 @@ impl World {
                 revision: request.revision,
                 region: request.region,
                 at: self.now,
+                evaluated_at: (self.evaluation)(self.now),
             })
             .collect()
     }
@@ -197,6 +207,7 @@ impl World {
             four_eyes_default: self.four_eyes_default,
             missing_policies: self.missing_policies.clone(),
             revision_tombstones: 0,
+            gate_settle_time: self.gate_settle_time,
         }
     }
 

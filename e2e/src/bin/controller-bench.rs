@@ -92,6 +92,10 @@ async fn bench(runs: usize) -> BenchResult<()> {
                 "127.0.0.1:0",
                 "--prometheus-url",
                 &lab.prometheus_url(),
+                // As long as the gate's initialDelay: the lab's workloads load a value
+                // within a second of its write, and the figures stay comparable.
+                "--gate-settle-time",
+                "2s",
             ]
             .map(OsString::from),
         )
@@ -333,10 +337,7 @@ async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
     use configrollout::gates::GateProvider;
     use configrollout::gates::SampleSource;
     use configrollout::gates::prometheus::{PrometheusProvider, ResponseLimits};
-    let http = reqwest::Client::builder()
-        .timeout(configrollout::gates::prometheus::QUERY_TIMEOUT)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let http = configrollout::gates::prometheus::http_client(None).map_err(|e| e.to_string())?;
     let provider =
         PrometheusProvider::new(http, Some(lab.prometheus_url()), ResponseLimits::default());
     let query = ERROR_RATIO.replace("{{region}}", "region-1");
@@ -347,13 +348,13 @@ async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
             .sample(
                 SampleSource {
                     region: Some("region-1"),
-                    url: None,
+                    ..SampleSource::default()
                 },
                 &query,
             )
             .await;
         latencies.push(started.elapsed());
-        if let configrollout::gates::QueryResult::Error(error) = result {
+        if let configrollout::gates::QueryResult::Error(error) = result.result {
             return Err(format!("gate sample failed: {error}"));
         }
     }

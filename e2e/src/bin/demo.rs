@@ -100,6 +100,10 @@ async fn demo(keep: bool) -> DemoResult<()> {
                 "127.0.0.1:0",
                 "--prometheus-url",
                 &lab.prometheus_url(),
+                // The lab's workloads load a value within a second of its write (they
+                // watch it): the demo's gates need not wait the default minute.
+                "--gate-settle-time",
+                "4s",
             ]
             .map(OsString::from),
         )

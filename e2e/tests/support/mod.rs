@@ -25,6 +25,10 @@ pub const CALL: Duration = Duration::from_secs(20);
 pub const PROGRESS: Duration = Duration::from_secs(120);
 /// Lease duration of the controllers under test: short, so a take-over is quick.
 pub const LEASE: &str = "6s";
+/// `--gate-settle-time` of the controllers under test, unless a test gives its own: the
+/// lab's workloads load a value within a second of its write, and gated tests wait 4 s
+/// (`initialDelay`) already.
+pub const LAB_GATE_SETTLE_TIME: &str = "4s";
 pub async fn within<T, E: std::fmt::Debug>(
     what: &str,
     call: impl Future<Output = Result<T, E>>,
@@ -115,7 +119,8 @@ impl World {
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> LabChild {
-        let args: Vec<OsString> = [
+        let prometheus_url = self.lab.prometheus_url();
+        let mut usual = vec![
             "--lease-duration",
             LEASE,
             "--probe-addr",
@@ -123,12 +128,15 @@ impl World {
             "--log-format",
             "json",
             "--prometheus-url",
-            &self.lab.prometheus_url(),
-        ]
-        .iter()
-        .chain(extra)
-        .map(OsString::from)
-        .collect();
+            &prometheus_url,
+        ];
+        let settle_given = extra
+            .iter()
+            .any(|arg| arg.starts_with("--gate-settle-time"));
+        if !settle_given {
+            usual.extend(["--gate-settle-time", LAB_GATE_SETTLE_TIME]);
+        }
+        let args: Vec<OsString> = usual.iter().chain(extra).map(OsString::from).collect();
         self.lab
             .start_controller_with_env(&lab_controller_binary(), identity, &args, envs)
             .expect("start controller")

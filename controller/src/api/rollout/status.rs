@@ -228,6 +228,12 @@ pub struct GateStatus {
     /// Current verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<GateVerdict>,
+    /// When the window opens: the stage's regions done, then `initialDelay` or, where
+    /// nothing shows that the region's consumers loaded the revision, the controller's
+    /// settle time, whichever is longer. No sample taken, or evaluated by Prometheus,
+    /// before it counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<Time>,
     /// Successful samples so far.
     #[serde(default)]
     pub successes: i32,

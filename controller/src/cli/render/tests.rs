@@ -605,3 +605,23 @@ fn diff_masks_values_unless_asked() {
         "--- a\n+++ b\n0 added, 0 changed, 0 removed\n"
     );
 }
+
+#[test]
+fn a_window_not_open_yet_says_when_it_opens() {
+    let gate: GateStatus = serde_yaml::from_str(
+        "{name: errors, region: region-1, verdict: Running, opensAt: \"2026-12-03T08:02:00Z\"}",
+    )
+    .unwrap();
+    let rollout = rollout("", "  phase: Progressing\n");
+    assert_eq!(
+        gate_node(&rollout, &gate).text,
+        "gate errors (region-1): Running, 0 successful of 3 needed, 0 failed, 0 inconclusive, \
+         window opens 2026-12-03T08:02:00Z"
+    );
+    let sampled: GateStatus = serde_yaml::from_str(
+        "{name: errors, verdict: Running, opensAt: \"2026-12-03T08:02:00Z\", successes: 1, \
+         samples: [{at: \"2026-12-03T08:02:00Z\", value: \"0\", verdict: Successful}]}",
+    )
+    .unwrap();
+    assert!(!gate_node(&rollout, &sampled).text.contains("opens"));
+}
