@@ -23,7 +23,7 @@ use kube::{Client, Config, ResourceExt};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ConfigRollout, Region, StageApproval, conditions};
+use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim, conditions};
 use crate::crdt::{DigestKey, Hlc, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{
@@ -803,6 +803,7 @@ async fn run_controller(
     let regions: Api<Region> = Api::all(watch_hub.clone());
     let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(watch_hub.clone());
     let revisions: Api<PartialObjectMeta<ControllerRevision>> = Api::all(watch_hub.clone());
+    let claims: Api<TargetClaim> = Api::all(watch_hub.clone());
     // Metadata is all a source's trigger needs: the data is read by the reconcile, and
     // is never held here.
     let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
@@ -819,6 +820,7 @@ async fn run_controller(
     let (approval_store, approval_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (revision_store, revision_writer) = reflector::store();
+    let (claim_store, claim_writer) = reflector::store();
     // The census metrics count these caches at each scrape, while the controller runs:
     // a deleted rollout or Region leaves them with the watch's delete.
     let _census = ctx
@@ -829,7 +831,12 @@ async fn run_controller(
         approvals: approval_store,
         namespaces: namespace_store,
         revisions: revision_store,
+        claims: claim_store,
+        rollouts: cache.clone(),
     });
+    // A change of a claim (an owner released a key, or was deleted) wakes every rollout
+    // that waits for one of its keys.
+    let claims = cached_watch(claim_writer, claims, watcher::Config::default());
     let approvals = cached_watch(approval_writer, approvals, watcher::Config::default());
     let regions = cached_watch(region_writer, regions, watcher::Config::default());
     // Namespaces trigger nothing: a grant is read at the rollout's next reconcile, as
@@ -867,6 +874,7 @@ async fn run_controller(
             triggers::rollouts_for_region(&region_cache.state(), &region)
         })
         .watches_stream(namespaces, |_| Vec::new())
+        .watches_stream(claims, |claim| triggers::rollouts_claiming(&claim))
         .watches_stream(revisions, |_| Vec::new())
         .watches(sources, watcher::Config::default(), move |source| {
             let namespace = source.namespace().unwrap_or_default();

@@ -525,7 +525,8 @@ fn enums_are_string_enums_with_their_defaults() {
             "Halted",
             "RollingBack",
             "RolledBack",
-            "Complete"
+            "Complete",
+            "Refused"
         ]
     );
     assert_eq!(

@@ -154,6 +154,7 @@ fn a_stage_with_consumers_passes_only_when_they_are_activated() {
         delivered: 3,
         activated: 3,
         restart_pending: false,
+        ignored: Vec::new(),
     });
     world.run(10, 1);
     assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
@@ -187,6 +188,7 @@ fn a_consumer_restart_that_did_not_land_is_asked_for_again() {
         delivered: 0,
         activated: 0,
         restart_pending,
+        ignored: Vec::new(),
     };
     world.region("c1").consumer_state = Some(pending(true));
     world.run(1, 1);
@@ -1099,7 +1101,8 @@ fn fixing_an_invalid_spec_resumes_with_a_fresh_deadline() {
     world.spec = spec(broken);
     world.run(10, 30);
     assert!(world.condition_true(conditions::INVALID_SPEC));
-    assert_eq!(world.status.phase, Some(RolloutPhase::Progressing));
+    // A refused rollout looks refused, never Progressing.
+    assert_eq!(world.status.phase, Some(RolloutPhase::Refused));
     world.spec = spec(value);
     world.region("c1").stuck = false;
     world.region("c1").reachable = false;

@@ -4,6 +4,7 @@
 
 pub mod annotations;
 mod approval;
+pub mod claim;
 pub mod conditions;
 pub mod duration;
 mod region;
@@ -11,6 +12,7 @@ mod rollout;
 pub mod schema;
 
 pub use approval::*;
+pub use claim::*;
 pub use duration::{
     Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
     INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
@@ -44,7 +46,12 @@ pub enum ApiError {
 
 /// The CRDs of every kind, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![ConfigRollout::crd(), Region::crd(), StageApproval::crd()]
+    vec![
+        ConfigRollout::crd(),
+        Region::crd(),
+        StageApproval::crd(),
+        TargetClaim::crd(),
+    ]
 }
 
 /// Each CRD as `(file name, YAML)`, file named after the CRD (e.g.

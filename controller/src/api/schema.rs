@@ -141,6 +141,64 @@ fn duration_ceiling_rule(ceiling: Ceiling) -> String {
     )
 }
 
+/// Most requirements, label pairs and values a label selector of a spec may hold.
+pub const MAX_SELECTOR_TERMS: u64 = 20;
+/// Longest label key or value a selector may name (a qualified label key is at most 317).
+pub const MAX_SELECTOR_TEXT: u64 = 317;
+
+/// A label selector (`metav1.LabelSelector`) field: its operator one of the four the
+/// apiserver knows (an enum, so that no other text, a control character included, is
+/// ever stored), and its lists bounded, so that the rules reading it have a bounded cost.
+pub(crate) fn label_selector(schema: &mut Schema) {
+    let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let Some(labels) = properties
+        .get_mut("matchLabels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.insert("maxProperties".into(), MAX_SELECTOR_TERMS.into());
+        if let Some(values) = labels
+            .get_mut("additionalProperties")
+            .and_then(Value::as_object_mut)
+        {
+            values.insert("maxLength".into(), MAX_SELECTOR_TEXT.into());
+        }
+    }
+    let Some(expressions) = properties
+        .get_mut("matchExpressions")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    expressions.insert("maxItems".into(), MAX_SELECTOR_TERMS.into());
+    let Some(requirement) = expressions
+        .get_mut("items")
+        .and_then(|items| items.get_mut("properties"))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if let Some(operator) = requirement
+        .get_mut("operator")
+        .and_then(Value::as_object_mut)
+    {
+        operator.insert(
+            "enum".into(),
+            json!(["In", "NotIn", "Exists", "DoesNotExist"]),
+        );
+    }
+    if let Some(key) = requirement.get_mut("key").and_then(Value::as_object_mut) {
+        key.insert("maxLength".into(), MAX_SELECTOR_TEXT.into());
+    }
+    if let Some(values) = requirement.get_mut("values").and_then(Value::as_object_mut) {
+        values.insert("maxItems".into(), MAX_SELECTOR_TERMS.into());
+        if let Some(items) = values.get_mut("items").and_then(Value::as_object_mut) {
+            items.insert("maxLength".into(), MAX_SELECTOR_TEXT.into());
+        }
+    }
+}
+
 /// A name field that must be an RFC 1123 label.
 pub(crate) fn dns_label(field: &'static str) -> impl FnMut(&mut Schema) {
     move |schema| {

@@ -240,6 +240,12 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
             "nobody needs to",
         ),
         Some(RolloutPhase::Progressing) => progressing(rollout, status, revision),
+        // A refusal is said above, from its condition; a phase left without it (a status
+        // written by an older controller) waits on the controller.
+        Some(RolloutPhase::Refused) => waiting(
+            "the controller to say why the spec is refused",
+            "the controller",
+        ),
     }
 }
 

@@ -76,9 +76,8 @@ pub(super) fn invalid_spec(draft: &mut Draft<'_>, errors: &[String], reason: &st
         draft.event(EventType::Warning, reason, message.clone());
     }
     set(draft, conditions::INVALID_SPEC, true, reason, message);
-    if draft.status.phase.is_none() {
-        draft.status.phase = Some(RolloutPhase::Pending);
-    }
+    // A refused rollout looks refused wherever its phase is shown, never Progressing.
+    draft.status.phase = Some(RolloutPhase::Refused);
 }
 
 /// Regions done with the current pass, out of regions selected.

@@ -34,6 +34,7 @@ mod expand_contract;
 mod failure;
 mod gate_windows;
 mod observations;
+pub mod ownership;
 mod regions;
 pub mod revisions;
 pub mod selection;
@@ -198,6 +199,7 @@ impl<'a> Draft<'a> {
             // Nothing moved while the spec was invalid: deadlines start again.
             self.resumed_now = true;
         }
+        revisions::leave_refused(self);
         revisions::ensure_current(self);
         if self.revision().is_none() {
             self.status.phase = Some(RolloutPhase::Pending);

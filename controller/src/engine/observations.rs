@@ -123,6 +123,9 @@ pub struct ConsumerObservation {
     /// Whether a `Restart` consumer has not been restarted for this revision and pass
     /// yet (its restart was lost or has not been asked for).
     pub restart_pending: bool,
+    /// Workloads a consumer matched that do not read the target: not restarted, not
+    /// counted (names).
+    pub ignored: Vec<String>,
 }
 
 /// One gate sample the reconcile took.

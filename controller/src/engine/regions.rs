@@ -13,6 +13,9 @@ use super::clock::to_time;
 use super::observations::RegionObservation;
 use super::{Action, Draft, EventType};
 
+/// Most names of ignored workloads kept per region in status.
+const MAX_IGNORED_NAMES: usize = 20;
+
 /// Whether `mark` is for this revision and pass.
 pub(super) fn mark_is(mark: Option<&LifecycleMark>, revision: &str, pass: RevisionStep) -> bool {
     mark.is_some_and(|mark| mark.revision == revision && mark.step == Some(pass))
@@ -178,6 +181,15 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
                 delivered: i32::try_from(counts.delivered).unwrap_or(i32::MAX),
                 activated: i32::try_from(counts.activated).unwrap_or(i32::MAX),
             });
+            let ignored: Vec<String> = counts
+                .ignored
+                .iter()
+                .take(MAX_IGNORED_NAMES)
+                .cloned()
+                .collect();
+            if region.ignored_workloads != ignored {
+                region.ignored_workloads = ignored;
+            }
             let materialized = mark_is(region.materialized.as_ref(), &revision, pass);
             if has_consumers
                 && materialized

@@ -121,6 +121,31 @@ pub(super) fn retarget_error(draft: &Draft<'_>) -> Option<String> {
     })
 }
 
+/// The phase a rollout takes up again once its refusal is fixed: what its current
+/// revision's outcome and conditions say it was (a refusal changes nothing else).
+pub(super) fn leave_refused(draft: &mut Draft<'_>) {
+    if draft.status.phase != Some(RolloutPhase::Refused) {
+        return;
+    }
+    let outcome = draft
+        .status
+        .history
+        .iter()
+        .rev()
+        .find(|record| Some(&record.name) == draft.status.revision.as_ref())
+        .and_then(|record| record.outcome.as_deref());
+    let halted = draft.status.is_true(crate::api::conditions::HALTED);
+    draft.status.phase = Some(match outcome {
+        _ if draft.status.revision.is_none() => RolloutPhase::Pending,
+        Some(OUTCOME_COMPLETE) => RolloutPhase::Complete,
+        Some(OUTCOME_ROLLED_BACK) => RolloutPhase::RolledBack,
+        Some(OUTCOME_HALTED | OUTCOME_ABORTED) => RolloutPhase::Halted,
+        // Stopped without an outcome: a rollback under way.
+        _ if halted => RolloutPhase::RollingBack,
+        _ => RolloutPhase::Progressing,
+    });
+}
+
 /// One pending stage status per spec stage.
 pub(super) fn fresh_stages(draft: &Draft<'_>) -> Vec<StageStatus> {
     draft

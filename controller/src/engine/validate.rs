@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{
-    Ceiling, ConfigRolloutSpec, DEADLINE_CEILING, GATE_INTERVAL_CEILING, INITIAL_DELAY_CEILING,
-    MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT, MAX_GATE_LIMIT, MAX_GATES, MAX_PARALLEL,
-    MAX_REVISION_HISTORY_LIMIT, MAX_STAGES, PAUSE_CEILING, Pause, parse_duration,
+    COMPANION_SUFFIX, Ceiling, ConfigRolloutSpec, DEADLINE_CEILING, GATE_INTERVAL_CEILING,
+    INITIAL_DELAY_CEILING, MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT, MAX_GATE_LIMIT, MAX_GATES,
+    MAX_PARALLEL, MAX_REVISION_HISTORY_LIMIT, MAX_STAGES, MAX_TARGET_NAME_LENGTH, PAUSE_CEILING,
+    Pause, parse_duration,
 };
 use crate::gates::{Condition, TemplateValues, check_template, render};
 
@@ -131,19 +132,25 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
     }
 
     for (index, consumer) in spec.consumers.iter().enumerate() {
+        // A selector must ask for something: `{}`, or only NotIn / DoesNotExist on keys a
+        // tenant can make up, matches every workload of the namespace.
         if consumer.selector.as_ref().is_some_and(|selector| {
-            selector
+            let labels = selector
                 .match_labels
                 .as_ref()
-                .is_none_or(BTreeMap::is_empty)
-                && selector
-                    .match_expressions
-                    .as_ref()
-                    .is_none_or(Vec::is_empty)
+                .is_some_and(|labels| !labels.is_empty());
+            let asks = selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .any(|requirement| matches!(requirement.operator.as_str(), "In" | "Exists"));
+            !labels && !asks
         }) {
             report(
                 format!("spec.consumers[{index}].selector"),
-                "must not be empty: an empty selector matches every workload of the namespace"
+                "must name a label it requires (matchLabels, or an In or Exists expression): \
+                 a selector of only NotIn or DoesNotExist, like an empty one, matches every \
+                 workload of the namespace"
                     .into(),
             );
         }
@@ -185,6 +192,18 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
             MAX_DATA_KEYS,
         ),
     ];
+    if spec.target.name.ends_with(COMPANION_SUFFIX) {
+        report(
+            "spec.target.name".to_owned(),
+            format!("must not end with {COMPANION_SUFFIX}: reserved for the state of targets"),
+        );
+    }
+    if spec.target.name.len() > MAX_TARGET_NAME_LENGTH {
+        report(
+            "spec.target.name".to_owned(),
+            format!("must be at most {MAX_TARGET_NAME_LENGTH} characters"),
+        );
+    }
     if spec.stages.is_empty() {
         report(
             "spec.stages".to_owned(),

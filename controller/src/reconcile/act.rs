@@ -203,8 +203,12 @@ async fn restart_consumers(
     let mut restarted = 0;
     for consumer in &input.rollout.spec.consumers {
         if consumer.delivery == Delivery::Restart {
-            let namespace = &input.rollout.spec.target.namespace;
-            restarted += consumers::restart(&client, namespace, consumer, &marker).await?;
+            let target = &input.rollout.spec.target;
+            let consumed = consumers::ConsumedTarget {
+                namespace: &target.namespace,
+                name: &target.name,
+            };
+            restarted += consumers::restart(&client, consumed, consumer, &marker).await?;
         }
     }
     Ok(restarted)

@@ -171,6 +171,12 @@ pub enum HubError {
         /// Revision name.
         revision: String,
     },
+    /// A claim object kept changing under this rollout's writes.
+    #[error("the claim {claim} changed under every write; retried")]
+    TooManyClaimConflicts {
+        /// TargetClaim name.
+        claim: String,
+    },
     /// The rollout's namespace or name cannot form a writer id.
     #[error("rollout cannot form a writer id: {reason}")]
     Writer {
@@ -183,7 +189,9 @@ impl HubError {
     /// The metric label, and the retry policy.
     pub fn category(&self) -> ErrorCategory {
         match self {
-            HubError::Call(_) | HubError::CacheNotReady => ErrorCategory::Api,
+            HubError::Call(_)
+            | HubError::CacheNotReady
+            | HubError::TooManyClaimConflicts { .. } => ErrorCategory::Api,
             HubError::NotLeader => ErrorCategory::NotLeader,
             HubError::MalformedRevision { .. }
             | HubError::RevisionTooLarge { .. }

@@ -18,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::HubError;
 use super::revision_cache::DecodedRevisions;
 use super::revision_store::{RevisionIndex, RevisionStore};
-use crate::api::{Region, StageApproval};
+use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim};
 
 /// How long a reconcile waits for the caches' first list before it fails (and is retried).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,18 +34,29 @@ pub struct HubStores {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The metadata of every rollout's ControllerRevision.
     pub revisions: Store<PartialObjectMeta<ControllerRevision>>,
+    /// Every TargetClaim (who owns the keys of each shared target).
+    pub claims: Store<TargetClaim>,
+    /// Every ConfigRollout (the controller's own cache): whether a claimant still exists.
+    pub rollouts: Store<ConfigRollout>,
 }
 
 impl HubStores {
     /// Resolves once every store has had its first list.
     async fn ready(&self) -> bool {
-        let (regions, approvals, namespaces, revisions) = futures::join!(
+        let (regions, approvals, namespaces, revisions, claims, rollouts) = futures::join!(
             self.regions.wait_until_ready(),
             self.approvals.wait_until_ready(),
             self.namespaces.wait_until_ready(),
             self.revisions.wait_until_ready(),
+            self.claims.wait_until_ready(),
+            self.rollouts.wait_until_ready(),
         );
-        regions.is_ok() && approvals.is_ok() && namespaces.is_ok() && revisions.is_ok()
+        regions.is_ok()
+            && approvals.is_ok()
+            && namespaces.is_ok()
+            && revisions.is_ok()
+            && claims.is_ok()
+            && rollouts.is_ok()
     }
 
     /// The StageApprovals of `namespace` naming the rollout `rollout`.

@@ -4,6 +4,7 @@
 
 pub mod act;
 pub mod admission_policies;
+mod claims;
 mod collect;
 mod error;
 pub mod events;
@@ -242,7 +243,18 @@ async fn run_steps(
     let mut fetched = fetch::fetch(ctx, rollout)
         .await
         .map_err(ReconcileError::Fetch)?;
-    let validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
+    let mut validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
+    // Keys are claimed in the hub before any region is read, and only by a rollout the
+    // engine will let write: one it refuses declares nothing (and keeps what it holds).
+    let claimable = validated.spec_errors.is_empty()
+        && fetched.grant.check(&rollout.spec).is_empty()
+        && engine::validate(&rollout.spec).is_empty()
+        && rollout.metadata.uid.is_some();
+    if claimable {
+        validated.claim_refusal = claims::settle(ctx, rollout, &fetched, &validated.desired)
+            .await
+            .map_err(ReconcileError::Validate)?;
+    }
     let mut report = act::ActReport::default();
     // Rounds of observe -> decide -> act -> settle, while a round changed what regions
     // hold and moved the rollout (`engine::observe_again`): the next round sees the
@@ -426,6 +438,7 @@ fn validate(
         writer,
         desired,
         spec_errors,
+        claim_refusal: None,
     })
 }
 

@@ -9,16 +9,13 @@ use kube::ResourceExt;
 
 use super::fetch::{Fetched, control};
 use super::region_read::{ObservedRegion, Reader, RegionPrometheus, read_region};
-use super::{Context, HubError, MAX_CLOCK_DRIFT, api_call};
+use super::{Context, HubError, MAX_CLOCK_DRIFT};
 use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
 use crate::crdt::{WriterId, desired_digest};
 use crate::engine::{self, DesiredRevision, GateSampleObservation, Grant, Observations};
 use crate::gates::SampleSource;
 use crate::regions::store::Snapshot;
-
-/// Most other rollouts looked up per reconcile when they hold keys this one declares.
-const MAX_OTHER_ROLLOUTS_CHECKED: usize = 8;
 
 /// The rollout's inputs once validated: who it writes as, and what it declares.
 pub struct Validated {
@@ -28,6 +25,9 @@ pub struct Validated {
     pub desired: BTreeMap<String, String>,
     /// What is wrong with the spec or the grant, reported as `InvalidSpec`.
     pub spec_errors: Vec<String>,
+    /// Why the rollout may not write now because another rollout owns some of its keys
+    /// (the claim step's answer), reported as `InvalidSpec` (`TargetRefused`).
+    pub claim_refusal: Option<String>,
 }
 
 /// What was read in each region (by Region name), for merges in the same reconcile.
@@ -47,7 +47,6 @@ pub async fn observe(
         .as_ref()
         .and_then(|name| fetched.revisions.get(name));
     let reader = Reader {
-        writer: &validated.writer,
         declared: &validated.desired,
         stamp_bound_ms: stamp_bound_ms(now),
     };
@@ -71,7 +70,12 @@ pub async fn observe(
             ctx.observe_stamp(stamp);
         }
     }
-    let target_refusals = target_refusals(&ctx.hub, rollout, &fetched.grant, &observed).await?;
+    let target_refusals = target_refusals(
+        rollout,
+        &fetched.grant,
+        &observed,
+        validated.claim_refusal.as_ref(),
+    );
     let missing_policies = if rollout.spec.needs_approvals() {
         Some(ctx.policies.missing(&ctx.hub).await)
     } else {
@@ -133,20 +137,19 @@ fn stamp_bound_ms(now: DateTime<Utc>) -> u64 {
 }
 
 /// Why this rollout may not write some region's target: it exists and configrollout does
-/// not manage it (and adoption was not asked for and granted), or another rollout that
-/// still exists manages keys this one declares. Keys win by their stamp, so a second
-/// rollout on a key would silently flip it (and count its revision as applied where the
-/// other's value stands): such a rollout is refused, naming the keys and the other one.
-async fn target_refusals(
-    hub: &kube::Client,
+/// not manage it (and adoption was not asked for and granted), or an object with the
+/// reserved name of its companion is there that configrollout did not make; or another
+/// rollout owns keys this one declares (the claim step's answer, the same in every
+/// region). Nothing is written anywhere while any holds.
+fn target_refusals(
     rollout: &ConfigRollout,
     grant: &Grant,
     observed: &[ObservedRegion],
-) -> Result<Vec<String>, HubError> {
+    claim_refusal: Option<&String>,
+) -> Vec<String> {
     let target = &rollout.spec.target;
     let adopting = target.adopt && grant.adoption;
-    let mut refusals = Vec::new();
-    let mut existing: BTreeMap<WriterId, bool> = BTreeMap::new();
+    let mut refusals: Vec<String> = claim_refusal.into_iter().cloned().collect();
     for region in observed {
         let name = &region.observation.name;
         if region.findings.unmanaged && !adopting {
@@ -157,34 +160,18 @@ async fn target_refusals(
                 target.namespace, target.name
             ));
         }
-        for (other, keys) in &region.findings.keys_of_other_rollouts {
-            if !existing.contains_key(other) && existing.len() < MAX_OTHER_ROLLOUTS_CHECKED {
-                existing.insert(other.clone(), rollout_exists(hub, other).await?);
-            }
-            // Past the lookup bound an unchecked writer counts as existing: refusing is safe.
-            if existing.get(other).copied().unwrap_or(true) {
-                let (other_namespace, other_name) = other.rollout_ref().unwrap_or_default();
-                refusals.push(format!(
-                    "spec.data: key(s) {} of {}/{} are managed in region {name} by \
-                     ConfigRollout {other_namespace}/{other_name}; a key has one managing rollout",
-                    keys.join(", "),
-                    target.namespace,
-                    target.name
-                ));
-            }
+        if region.findings.foreign_companion {
+            refusals.push(format!(
+                "spec.target: a ConfigMap named {}/{}{} exists in region {name} and was not \
+                 made by configrollout for this target: that name is reserved for the target's \
+                 state; it is never read as state, and nothing is written until it is gone",
+                target.namespace,
+                target.name,
+                crate::regions::materialize::COMPANION_SUFFIX
+            ));
         }
     }
-    Ok(refusals)
-}
-
-async fn rollout_exists(hub: &kube::Client, writer: &WriterId) -> Result<bool, HubError> {
-    let Some((namespace, name)) = writer.rollout_ref() else {
-        return Ok(false);
-    };
-    let api: kube::Api<ConfigRollout> = kube::Api::namespaced(hub.clone(), namespace);
-    Ok(api_call("read other rollout", api.get_opt(name))
-        .await?
-        .is_some())
+    refusals
 }
 
 /// The Regions the spec's stages select (by name or by label) within the grant, each

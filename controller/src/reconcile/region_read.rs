@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::Context;
 use crate::api::{ConfigRollout, ExpandContract, Region, RevisionStep, TargetRef};
-use crate::crdt::{Stamp, WriterId, WriterKind};
+use crate::crdt::Stamp;
 use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
 use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
@@ -20,9 +20,9 @@ use crate::regions::store::{self, Ownership, Snapshot};
 pub struct TargetFindings {
     /// The target exists and configrollout does not manage it.
     pub unmanaged: bool,
-    /// Keys this rollout declares whose winning write there is another rollout's, by that
-    /// rollout's writer id.
-    pub keys_of_other_rollouts: BTreeMap<WriterId, Vec<String>>,
+    /// An object with the companion's reserved name is there that configrollout did not
+    /// make for this target.
+    pub foreign_companion: bool,
 }
 
 /// What one region holds of the rollout.
@@ -41,8 +41,6 @@ pub struct ObservedRegion {
 
 /// The rollout reading a region: its identity and what it declares.
 pub struct Reader<'a> {
-    /// The rollout's writer id.
-    pub writer: &'a WriterId,
     /// The keys it declares now.
     pub declared: &'a BTreeMap<String, String>,
     /// Stamps after this wall-clock time (ms) are further ahead than the clock's drift
@@ -94,12 +92,28 @@ pub async fn read_region(
         Ok(inspection) => {
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
-            findings.keys_of_other_rollouts = keys_of_other_rollouts(&inspection.replica, reader);
+            findings.foreign_companion = inspection.ownership == Ownership::ForeignCompanion;
             let (latest, future) = stamps(&inspection.replica, reader, current);
             latest_stamp = latest;
             observation.future_stamped_keys = future;
-            observation.drifted_keys = inspection.drifted_keys.clone();
-            observation.overridden_keys = inspection.overridden_keys.clone();
+            // A rollout speaks of its own keys only: another team's key names in the same
+            // target are none of its status's business.
+            let own = |key: &String| {
+                reader.declared.contains_key(key)
+                    || current.is_some_and(|revision| revision.state.get(key).is_some())
+            };
+            observation.drifted_keys = inspection
+                .drifted_keys
+                .iter()
+                .filter(|key| own(key))
+                .cloned()
+                .collect();
+            observation.overridden_keys = inspection
+                .overridden_keys
+                .iter()
+                .filter(|key| own(key))
+                .cloned()
+                .collect();
             observation.tombstones =
                 u32::try_from(inspection.replica.tombstones()).unwrap_or(u32::MAX);
             if let Some(revision) = current {
@@ -181,27 +195,6 @@ fn stamps(
     (latest.cloned(), future)
 }
 
-/// The keys `reader` declares whose live winning entry in `replica` is another rollout's.
-fn keys_of_other_rollouts(
-    replica: &crate::crdt::Replica,
-    reader: &Reader<'_>,
-) -> BTreeMap<WriterId, Vec<String>> {
-    let mut found: BTreeMap<WriterId, Vec<String>> = BTreeMap::new();
-    for key in reader.declared.keys() {
-        if let Some(entry) = replica.get(key)
-            && !entry.is_tombstone()
-            && entry.stamp.writer.kind() == WriterKind::Rollout
-            && &entry.stamp.writer != reader.writer
-        {
-            found
-                .entry(entry.stamp.writer.clone())
-                .or_default()
-                .push(key.clone());
-        }
-    }
-    found
-}
-
 /// Counts the region's consumers of `revision` at `pass`: instances from the workloads'
 /// status, delivered from their template and status, activated from each consumer's
 /// `activationQuery` (delivered, for a consumer that has none). An activation query that
@@ -221,9 +214,14 @@ async fn consumer_counts(
         delivered: 0,
         activated: 0,
         restart_pending: false,
+        ignored: Vec::new(),
+    };
+    let consumed = consumers::ConsumedTarget {
+        namespace: &target.namespace,
+        name: &target.name,
     };
     for consumer in &scope.rollout.spec.consumers {
-        let workloads = consumers::workloads(client, &target.namespace, consumer).await?;
+        let workloads = consumers::workloads(client, consumed, consumer).await?;
         let counted = consumers::count(consumer, &workloads, &marker);
         let activated = match &consumer.activation_query {
             None => counted.delivered,
@@ -247,7 +245,10 @@ async fn consumer_counts(
         observed.delivered = observed.delivered.saturating_add(counted.delivered);
         observed.activated = observed.activated.saturating_add(activated);
         observed.restart_pending |= counted.restart_pending;
+        observed.ignored.extend(counted.ignored);
     }
+    observed.ignored.sort();
+    observed.ignored.dedup();
     Ok(observed)
 }
 

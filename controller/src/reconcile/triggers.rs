@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::{ConfigRollout, Region};
+use crate::api::{ConfigRollout, Region, TargetClaim};
 use crate::engine::{self, Grant, RegionObservation};
 
 /// The rollouts some stage selects `region` for (by name or labels, before any grant:
@@ -89,6 +89,21 @@ impl RegionChanges {
         let previous = seen.insert(region.name_any(), (fingerprint, contact.clone()));
         !matches!(previous, Some((before, before_contact)) if before == fingerprint && before_contact != contact)
     }
+}
+
+/// The rollouts a claim object names: every owner and every rollout waiting for a key.
+/// A change of it (a key released, a claimant gone) may let one of them go on.
+pub fn rollouts_claiming(claim: &TargetClaim) -> Vec<ObjectRef<ConfigRollout>> {
+    let mut refs: Vec<ObjectRef<ConfigRollout>> = claim
+        .spec
+        .keys
+        .iter()
+        .flat_map(|entry| entry.claimants.iter())
+        .map(|claimant| ObjectRef::new(&claimant.name).within(&claimant.namespace))
+        .collect();
+    refs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    refs.dedup();
+    refs
 }
 
 /// The rollouts that read the ConfigMap `namespace/name` as their `spec.fromConfigMap`.

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -49,6 +50,10 @@ pub struct WorkloadState {
     pub ready: u32,
     /// The restart marker on its pod template, if any.
     pub restart_marker: Option<String>,
+    /// Whether its pod template references the target ConfigMap (a volume, a projected
+    /// volume, `envFrom` or an `env` value): only such a workload is a consumer. One a
+    /// selector matches that does not is never restarted nor counted, only reported.
+    pub reads_target: bool,
 }
 
 impl WorkloadState {
@@ -80,7 +85,7 @@ impl WorkloadState {
 }
 
 /// Counts of one declared consumer in a region.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConsumerCount {
     /// Instances wanted, over every matching workload.
     pub total: u32,
@@ -88,12 +93,19 @@ pub struct ConsumerCount {
     pub delivered: u32,
     /// Whether some matching workload has not been restarted for the revision yet.
     pub restart_pending: bool,
+    /// Workloads it matched that do not read the target: left alone (names).
+    pub ignored: Vec<String>,
 }
 
-/// Counts `consumer` from the states of the workloads it matches.
+/// Counts `consumer` from the states of the workloads it matches; those that do not read
+/// the target are not counted, only named.
 pub fn count(consumer: &Consumer, workloads: &[WorkloadState], marker: &str) -> ConsumerCount {
     let mut counted = ConsumerCount::default();
     for workload in workloads {
+        if !workload.reads_target {
+            counted.ignored.push(workload.name.clone());
+            continue;
+        }
         counted.total = counted.total.saturating_add(workload.desired);
         counted.delivered = counted
             .delivered
@@ -130,14 +142,55 @@ trait Workload:
     + DeserializeOwned
     + std::fmt::Debug
 {
-    fn state(&self) -> WorkloadState;
+    /// Its state, `target` being the ConfigMap the rollout manages.
+    fn state(&self, target: &str) -> WorkloadState;
+}
+
+/// Whether a pod template's spec references the ConfigMap `name`: a `configMap` volume, a
+/// projected volume's `configMap` source, or a container's (or init container's)
+/// `envFrom.configMapRef` or `env.valueFrom.configMapKeyRef`.
+pub fn references_config_map(pod: &PodSpec, name: &str) -> bool {
+    let volumes = pod.volumes.iter().flatten().any(|volume| {
+        volume
+            .config_map
+            .as_ref()
+            .is_some_and(|source| source.name == name)
+            || volume.projected.as_ref().is_some_and(|projected| {
+                projected.sources.iter().flatten().any(|source| {
+                    source
+                        .config_map
+                        .as_ref()
+                        .is_some_and(|config_map| config_map.name == name)
+                })
+            })
+    });
+    let containers = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .any(|container| {
+            let from = container.env_from.iter().flatten().any(|from| {
+                from.config_map_ref
+                    .as_ref()
+                    .is_some_and(|reference| reference.name == name)
+            });
+            let values = container.env.iter().flatten().any(|variable| {
+                variable
+                    .value_from
+                    .as_ref()
+                    .and_then(|source| source.config_map_key_ref.as_ref())
+                    .is_some_and(|reference| reference.name == name)
+            });
+            from || values
+        });
+    volumes || containers
 }
 
 /// Deployments and StatefulSets report replicas the same way, in distinct types.
 macro_rules! replicated_workload {
     ($kind:ty) => {
         impl Workload for $kind {
-            fn state(&self) -> WorkloadState {
+            fn state(&self, target: &str) -> WorkloadState {
                 let spec = self.spec.as_ref();
                 let status = self.status.as_ref();
                 state_of(
@@ -146,7 +199,8 @@ macro_rules! replicated_workload {
                     spec.and_then(|s| s.replicas).unwrap_or(1),
                     status.and_then(|s| s.updated_replicas).unwrap_or(0),
                     status.and_then(|s| s.ready_replicas).unwrap_or(0),
-                    spec.and_then(|s| s.template.metadata.as_ref()),
+                    spec.map(|s| &s.template),
+                    target,
                 )
             }
         }
@@ -157,7 +211,7 @@ replicated_workload!(Deployment);
 replicated_workload!(StatefulSet);
 
 impl Workload for DaemonSet {
-    fn state(&self) -> WorkloadState {
+    fn state(&self, target: &str) -> WorkloadState {
         let status = self.status.as_ref();
         state_of(
             self,
@@ -165,57 +219,69 @@ impl Workload for DaemonSet {
             status.map_or(0, |s| s.desired_number_scheduled),
             status.and_then(|s| s.updated_number_scheduled).unwrap_or(0),
             status.map_or(0, |s| s.number_ready),
-            self.spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref()),
+            self.spec.as_ref().map(|s| &s.template),
+            target,
         )
     }
 }
 
-/// Reads the workloads `consumer` names or selects in `namespace`.
+/// The target ConfigMap `name` in `namespace`: where consumers are looked for, and what
+/// they must read to be consumers.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumedTarget<'a> {
+    /// Namespace of the target (and of its consumers).
+    pub namespace: &'a str,
+    /// Name of the target ConfigMap.
+    pub name: &'a str,
+}
+
+/// Reads the workloads `consumer` names or selects beside `target`, each marked with
+/// whether it reads the target.
 pub async fn workloads(
     client: &Client,
-    namespace: &str,
+    target: ConsumedTarget<'_>,
     consumer: &Consumer,
 ) -> Result<Vec<WorkloadState>, RegionError> {
     match consumer.kind {
-        WorkloadKind::Deployment => matching::<Deployment>(client, namespace, consumer).await,
-        WorkloadKind::StatefulSet => matching::<StatefulSet>(client, namespace, consumer).await,
-        WorkloadKind::DaemonSet => matching::<DaemonSet>(client, namespace, consumer).await,
+        WorkloadKind::Deployment => matching::<Deployment>(client, target, consumer).await,
+        WorkloadKind::StatefulSet => matching::<StatefulSet>(client, target, consumer).await,
+        WorkloadKind::DaemonSet => matching::<DaemonSet>(client, target, consumer).await,
     }
 }
 
 /// Sets this revision's restart marker on the pod template of every workload `consumer`
-/// matches that does not carry it yet. Returns how many workloads were patched.
+/// matches that reads `target` and does not carry the marker yet. Returns how many
+/// workloads were patched. A workload that does not read the target is never touched.
 pub async fn restart(
     client: &Client,
-    namespace: &str,
+    target: ConsumedTarget<'_>,
     consumer: &Consumer,
     marker: &str,
 ) -> Result<u32, RegionError> {
     match consumer.kind {
         WorkloadKind::Deployment => {
-            restart_kind::<Deployment>(client, namespace, consumer, marker).await
+            restart_kind::<Deployment>(client, target, consumer, marker).await
         }
         WorkloadKind::StatefulSet => {
-            restart_kind::<StatefulSet>(client, namespace, consumer, marker).await
+            restart_kind::<StatefulSet>(client, target, consumer, marker).await
         }
         WorkloadKind::DaemonSet => {
-            restart_kind::<DaemonSet>(client, namespace, consumer, marker).await
+            restart_kind::<DaemonSet>(client, target, consumer, marker).await
         }
     }
 }
 
 async fn restart_kind<K: Workload>(
     client: &Client,
-    namespace: &str,
+    target: ConsumedTarget<'_>,
     consumer: &Consumer,
     marker: &str,
 ) -> Result<u32, RegionError> {
-    let pending: Vec<String> = matching::<K>(client, namespace, consumer)
+    let namespace = target.namespace;
+    let pending: Vec<String> = matching::<K>(client, target, consumer)
         .await?
         .into_iter()
-        .filter(|workload| workload.restart_pending(marker))
+        .filter(|workload| workload.reads_target && workload.restart_pending(marker))
         .map(|workload| workload.name)
         .collect();
     let patch = Patch::Merge(json!({
@@ -234,9 +300,10 @@ async fn restart_kind<K: Workload>(
 
 async fn matching<K: Workload>(
     client: &Client,
-    namespace: &str,
+    target: ConsumedTarget<'_>,
     consumer: &Consumer,
 ) -> Result<Vec<WorkloadState>, RegionError> {
+    let namespace = target.namespace;
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     if let Some(name) = &consumer.name {
         // A named consumer that does not exist is an error, not zero instances: a typo
@@ -248,7 +315,7 @@ async fn matching<K: Workload>(
                 namespace: namespace.to_owned(),
                 name: name.clone(),
             })?;
-        return Ok(vec![found.state()]);
+        return Ok(vec![found.state(target.name)]);
     }
     let Some(selector) = &consumer.selector else {
         return Ok(Vec::new());
@@ -264,7 +331,11 @@ async fn matching<K: Workload>(
         api.list(&ListParams::default().labels_from(&selector)),
     )
     .await?;
-    Ok(listed.items.iter().map(Workload::state).collect())
+    Ok(listed
+        .items
+        .iter()
+        .map(|workload| workload.state(target.name))
+        .collect())
 }
 
 fn state_of<K: Resource>(
@@ -273,11 +344,16 @@ fn state_of<K: Resource>(
     desired: i32,
     updated: i32,
     ready: i32,
-    template: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    template: Option<&PodTemplateSpec>,
+    target: &str,
 ) -> WorkloadState {
     let count = |n: i32| u32::try_from(n).unwrap_or(0);
-    let annotations: Option<&BTreeMap<String, String>> =
-        template.and_then(|meta| meta.annotations.as_ref());
+    let annotations: Option<&BTreeMap<String, String>> = template
+        .and_then(|template| template.metadata.as_ref())
+        .and_then(|meta| meta.annotations.as_ref());
+    let reads_target = template
+        .and_then(|template| template.spec.as_ref())
+        .is_some_and(|pod| references_config_map(pod, target));
     WorkloadState {
         name: object.meta().name.clone().unwrap_or_default(),
         generation: object.meta().generation,
@@ -286,6 +362,7 @@ fn state_of<K: Resource>(
         updated: count(updated),
         ready: count(ready),
         restart_marker: annotations.and_then(|a| a.get(RESTARTED_FOR_ANNOTATION).cloned()),
+        reads_target,
     }
 }
 
@@ -316,6 +393,7 @@ mod tests {
             updated: 2,
             ready: 3,
             restart_marker: marker.map(str::to_owned),
+            reads_target: true,
         }
     }
 
@@ -332,7 +410,8 @@ mod tests {
             ConsumerCount {
                 total: 3,
                 delivered: 2,
-                restart_pending: false
+                restart_pending: false,
+                ignored: Vec::new(),
             }
         );
     }
@@ -369,7 +448,8 @@ mod tests {
             ConsumerCount {
                 total: 6,
                 delivered: 6,
-                restart_pending: false
+                restart_pending: false,
+                ignored: Vec::new(),
             }
         );
     }
@@ -450,7 +530,7 @@ mod tests {
             "matchLabels": {"app": "api"},
             "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["canary"]}],
         }));
-        let found = workloads(&client, "shop", &consumer).await.unwrap();
+        let found = workloads(&client, SHOP, &consumer).await.unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].name.as_str(), found[0].desired), ("api", 2));
         let seen = seen.lock().unwrap();
@@ -471,7 +551,7 @@ mod tests {
         let consumer = selected(json!({
             "matchExpressions": [{"key": "tier", "operator": "Gt", "values": ["1"]}],
         }));
-        let error = workloads(&client, "shop", &consumer).await.unwrap_err();
+        let error = workloads(&client, SHOP, &consumer).await.unwrap_err();
         assert!(
             matches!(&error, RegionError::ConsumerSelector { source, .. }
                 if source.field == "matchExpressions[0]"),
@@ -484,8 +564,62 @@ mod tests {
             "{error}"
         );
         let injected = selected(json!({"matchLabels": {"app": "api,tier!=canary"}}));
-        assert!(workloads(&client, "shop", &injected).await.is_err());
+        assert!(workloads(&client, SHOP, &injected).await.is_err());
         assert!(seen.lock().unwrap().is_empty());
+    }
+
+    const SHOP: ConsumedTarget<'static> = ConsumedTarget {
+        namespace: "shop",
+        name: "limits",
+    };
+
+    fn pod(spec: serde_json::Value) -> PodSpec {
+        serde_json::from_value(spec).unwrap()
+    }
+
+    #[test]
+    fn a_workload_reads_the_target_through_a_volume_a_projection_or_its_environment() {
+        let container = |extra: serde_json::Value| {
+            let mut container = json!({"name": "app", "image": "app"});
+            if let (Some(container), Some(extra)) = (container.as_object_mut(), extra.as_object()) {
+                container.extend(extra.clone());
+            }
+            container
+        };
+        let reading = [
+            json!({"containers": [container(json!({}))],
+                   "volumes": [{"name": "c", "configMap": {"name": "limits"}}]}),
+            json!({"containers": [container(json!({}))],
+                   "volumes": [{"name": "c", "projected": {"sources": [{"configMap": {"name": "limits"}}]}}]}),
+            json!({"containers": [container(json!({"envFrom": [{"configMapRef": {"name": "limits"}}]}))]}),
+            json!({"containers": [container(json!({"env": [{"name": "T", "valueFrom": {"configMapKeyRef": {"name": "limits", "key": "t"}}}]}))]}),
+            json!({"containers": [container(json!({}))],
+                   "initContainers": [container(json!({"envFrom": [{"configMapRef": {"name": "limits"}}]}))]}),
+        ];
+        for spec in reading {
+            assert!(
+                references_config_map(&pod(spec.clone()), "limits"),
+                "{spec}"
+            );
+        }
+        let other = json!({"containers": [container(json!({"envFrom": [{"configMapRef": {"name": "other"}}]}))],
+                           "volumes": [{"name": "c", "configMap": {"name": "limits-old"}}]});
+        assert!(!references_config_map(&pod(other), "limits"));
+    }
+
+    #[test]
+    fn a_matched_workload_that_does_not_read_the_target_is_neither_counted_nor_restarted() {
+        let marker = restart_marker("r2", RevisionStep::Single);
+        let mut unrelated = deployment(None, 1, 1);
+        unrelated.name = "billing".into();
+        unrelated.reads_target = false;
+        let counted = count(
+            &consumer(Delivery::Restart),
+            &[deployment(None, 1, 1), unrelated],
+            &marker,
+        );
+        assert_eq!(counted.total, 3);
+        assert_eq!(counted.ignored, ["billing"]);
     }
 
     #[test]

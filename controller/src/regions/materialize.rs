@@ -36,8 +36,8 @@ pub const REVISION_ANNOTATION: &str = "configrollout.dev/revision";
 pub const ROLLOUT_ANNOTATION: &str = "configrollout.dev/rollout";
 /// Key of the companion's `data` holding the encoded replica.
 pub const STATE_KEY: &str = "state";
-/// Suffix of the companion ConfigMap's name.
-pub const COMPANION_SUFFIX: &str = ".configrollout-state";
+/// Suffix of the companion ConfigMap's name (reserved: no target may end with it).
+pub use crate::api::COMPANION_SUFFIX;
 /// Longest ConfigMap name the API server accepts.
 const MAX_CONFIGMAP_NAME: usize = 253;
 

@@ -110,6 +110,19 @@ pub enum RegionError {
         /// Name of the target.
         name: String,
     },
+    /// An object with the companion's reserved name is there that configrollout did not
+    /// make for this target (it is not owned by the target): never read as state, never
+    /// written over.
+    #[error(
+        "ConfigMap {namespace}/{name} has the reserved name of a configrollout companion but \
+         was not made by configrollout for its target: not read, not written; remove or rename it"
+    )]
+    ForeignCompanion {
+        /// Namespace.
+        namespace: String,
+        /// The companion's name.
+        name: String,
+    },
     /// The write would land outside what the rollout's namespace was granted.
     #[error("writing {namespace} in region {region} is outside the rollout's grant: refused")]
     OutsideGrant {

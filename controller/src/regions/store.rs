@@ -112,11 +112,20 @@ pub async fn materialize(
                 .await?
             }
         };
-        if current.ownership() == Ownership::Unmanaged && !target.adopt {
-            return Err(RegionError::UnmanagedTarget {
-                namespace: target.namespace.to_owned(),
-                name: target.name.to_owned(),
-            });
+        match current.ownership() {
+            Ownership::Unmanaged if !target.adopt => {
+                return Err(RegionError::UnmanagedTarget {
+                    namespace: target.namespace.to_owned(),
+                    name: target.name.to_owned(),
+                });
+            }
+            Ownership::ForeignCompanion => {
+                return Err(RegionError::ForeignCompanion {
+                    namespace: target.namespace.to_owned(),
+                    name: companion_name,
+                });
+            }
+            _ => {}
         }
         let replica = match current
             .companion_view
@@ -216,6 +225,9 @@ pub enum Ownership {
     Managed,
     /// It exists, and configrollout never wrote it: someone else's ConfigMap.
     Unmanaged,
+    /// An object has the companion's reserved name but is not owned by the target (made
+    /// by someone else, or there with no target at all): never read as state.
+    ForeignCompanion,
 }
 
 /// Reads the region's replica for the target `namespace/name`: the evidence of what it
@@ -238,7 +250,7 @@ fn inspection_of(key: &DigestKey, current: Pair) -> Result<Inspection, RegionErr
     let plan = materialize::plan(
         key,
         current.target_view.as_ref(),
-        current.companion_view.as_ref(),
+        current.state_view(),
         MergeRequest {
             delta: &Delta::new(),
             drift_policy: &DriftPolicy::Report,
@@ -271,10 +283,41 @@ struct Pair {
 
 impl Pair {
     fn ownership(&self) -> Ownership {
+        if self.companion_is_foreign() {
+            return Ownership::ForeignCompanion;
+        }
         match (&self.target_view, &self.companion) {
             (None, _) => Ownership::Absent,
             (Some(target), None) if target.digest.is_none() => Ownership::Unmanaged,
             (Some(_), _) => Ownership::Managed,
+        }
+    }
+
+    /// Whether the companion (if any) is not one configrollout made for this target: the
+    /// controller creates it owned by the target, so one without that owner reference (or
+    /// with no target at all) is someone else's object under a reserved name.
+    fn companion_is_foreign(&self) -> bool {
+        let Some(companion) = &self.companion else {
+            return false;
+        };
+        let target_uid = self
+            .target
+            .as_ref()
+            .and_then(|target| target.metadata.uid.as_deref());
+        !target_uid.is_some_and(|uid| {
+            companion
+                .owner_references()
+                .iter()
+                .any(|owner| owner.uid == uid && owner.kind == "ConfigMap")
+        })
+    }
+
+    /// The companion as state, unless it is foreign (then there is none to read).
+    fn state_view(&self) -> Option<&CompanionView> {
+        if self.companion_is_foreign() {
+            None
+        } else {
+            self.companion_view.as_ref()
         }
     }
 }

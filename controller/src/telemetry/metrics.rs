@@ -187,6 +187,8 @@ pub enum WriteKind {
     RegionObject,
     /// An Event on a rollout.
     Event,
+    /// A TargetClaim (who owns the keys of a shared target).
+    Claim,
 }
 
 impl LabelValue for WriteKind {
@@ -197,6 +199,7 @@ impl LabelValue for WriteKind {
         WriteKind::Revision,
         WriteKind::RegionObject,
         WriteKind::Event,
+        WriteKind::Claim,
     ];
     fn as_str(self) -> &'static str {
         match self {
@@ -205,6 +208,7 @@ impl LabelValue for WriteKind {
             WriteKind::Revision => "revision",
             WriteKind::RegionObject => "region_object",
             WriteKind::Event => "event",
+            WriteKind::Claim => "claim",
         }
     }
     fn index(self) -> usize {
@@ -245,6 +249,7 @@ impl LabelValue for RolloutPhase {
         RolloutPhase::RollingBack,
         RolloutPhase::RolledBack,
         RolloutPhase::Complete,
+        RolloutPhase::Refused,
     ];
     fn as_str(self) -> &'static str {
         match self {
@@ -256,6 +261,7 @@ impl LabelValue for RolloutPhase {
             RolloutPhase::RollingBack => "RollingBack",
             RolloutPhase::RolledBack => "RolledBack",
             RolloutPhase::Complete => "Complete",
+            RolloutPhase::Refused => "Refused",
         }
     }
     fn index(self) -> usize {
@@ -788,7 +794,7 @@ mod tests {
         consistent::<ErrorCategory>();
         consistent::<RegionState>();
         consistent::<WriteKind>();
-        assert_eq!(RolloutPhase::ALL.len(), 8);
+        assert_eq!(RolloutPhase::ALL.len(), 9);
     }
 
     #[derive(Clone, Copy, Debug, PartialEq)]

@@ -265,6 +265,7 @@ impl World {
                         delivered: fake.consumers,
                         activated: fake.consumers,
                         restart_pending: false,
+                        ignored: Vec::new(),
                     });
                 }
             }

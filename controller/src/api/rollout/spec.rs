@@ -216,6 +216,34 @@ fn spec_rules(schema: &mut Schema) {
     );
 }
 
+/// Suffix of the companion ConfigMap that keeps a target's state beside it in every
+/// region (`<target><suffix>`): no target may be named like one.
+pub const COMPANION_SUFFIX: &str = ".configrollout-state";
+/// Longest target name: its companion's name must be a valid object name too.
+pub const MAX_TARGET_NAME_LENGTH: usize = 253 - COMPANION_SUFFIX.len();
+
+fn reserved_target_name(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[
+            Rule::new(
+                format!("!self.endsWith({})", schema::cel_str(COMPANION_SUFFIX)),
+                format!(
+                    "spec.target.name must not end with {COMPANION_SUFFIX}: that suffix is \
+                     reserved for the ConfigMaps that keep each target's state"
+                ),
+            ),
+            Rule::new(
+                format!("self.size() <= {MAX_TARGET_NAME_LENGTH}"),
+                format!(
+                    "spec.target.name must be at most {MAX_TARGET_NAME_LENGTH} characters, so \
+                     that its state ConfigMap ({COMPANION_SUFFIX}) fits in a name"
+                ),
+            ),
+        ],
+    );
+}
+
 /// A target field that cannot change once set: the regions hold the rollout's state
 /// beside its target.
 fn immutable_target(schema: &mut Schema) {
@@ -256,9 +284,12 @@ pub struct TargetRef {
         transform = immutable_target
     )]
     pub namespace: String,
-    /// Name of the ConfigMap in every region.
+    /// Name of the ConfigMap in every region. Names ending with `.configrollout-state` are
+    /// reserved for the companions that keep each target's state, and the companion's
+    /// name must fit too: at most 233 characters.
     #[schemars(
         transform = schema::dns_subdomain("spec.target.name"),
+        transform = reserved_target_name,
         transform = immutable_target
     )]
     pub name: String,
@@ -324,6 +355,7 @@ pub struct RegionSelector {
     pub names: Vec<String>,
     /// A label selector over Region objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::label_selector)]
     pub selector: Option<LabelSelector>,
 }
 
@@ -421,8 +453,11 @@ pub struct Consumer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = schema::dns_subdomain("spec.consumers[].name"))]
     pub name: Option<String>,
-    /// Label selector over workloads of `kind` in the target's namespace.
+    /// Label selector over workloads of `kind` in the target's namespace. Only workloads
+    /// whose pod template reads the target are consumers: others it matches are reported,
+    /// never restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = schema::label_selector)]
     pub selector: Option<LabelSelector>,
     /// How a new revision reaches the workload: `Restart` (rolling restart) or `Reload`
     /// (the workload rereads the mounted ConfigMap itself).
@@ -447,9 +482,11 @@ fn consumer_rules(schema: &mut Schema) {
             Rule::new(
                 "!has(self.selector) || \
                  (has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0) || \
-                 (has(self.selector.matchExpressions) && size(self.selector.matchExpressions) > 0)",
-                "spec.consumers[].selector must not be empty: an empty selector matches every \
-                 workload of the namespace",
+                 (has(self.selector.matchExpressions) && \
+                  self.selector.matchExpressions.exists(e, e.operator == 'In' || e.operator == 'Exists'))",
+                "spec.consumers[].selector must name a label it requires (matchLabels, or an In \
+                 or Exists expression): one of only NotIn or DoesNotExist, like an empty one, \
+                 matches every workload of the namespace",
             )
             .at(".selector"),
         ],

@@ -139,6 +139,10 @@ pub enum RolloutPhase {
     RolledBack,
     /// Every stage passed.
     Complete,
+    /// Refused before any region write: the spec is invalid, reaches outside its grant,
+    /// or names a target or keys it may not write (condition `InvalidSpec` says why).
+    /// Nothing moves until it is fixed; then the rollout takes up where it was.
+    Refused,
 }
 
 /// Which pass of a revision is running.
@@ -316,6 +320,10 @@ pub struct RegionRolloutStatus {
     /// Consumer counts (never values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumers: Option<ConsumerCounts>,
+    /// Workloads a consumer's name or selector matched whose pod template does not read
+    /// the target ConfigMap: never restarted, not counted (at most 20 names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored_workloads: Vec<String>,
     /// Keys whose live value differs from the replica (names only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drifted_keys: Vec<String>,

@@ -21,6 +21,7 @@ pub fn phase_class(phase: Option<RolloutPhase>) -> &'static str {
         Some(RolloutPhase::RollingBack) => "phase-rollingback",
         Some(RolloutPhase::RolledBack) => "phase-rolledback",
         Some(RolloutPhase::Complete) => "phase-complete",
+        Some(RolloutPhase::Refused) => "phase-refused",
     }
 }
 
