@@ -48,7 +48,9 @@ pub struct ConfigRolloutStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collected_through: Option<String>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
-    /// Complete, Drifted, InvalidSpec, AdmissionPolicies.
+    /// Complete, Drifted, InvalidSpec, AdmissionPolicies, ReconcileFailed; and kstatus's
+    /// Ready (True once Complete), Reconciling and Stalled (abnormal-true), which Flux, kpt
+    /// and Argo CD's health check read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,
