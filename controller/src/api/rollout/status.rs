@@ -11,7 +11,10 @@ use crate::api::{conditions, schema};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigRolloutStatus {
-    /// The `metadata.generation` this status reflects.
+    /// The `metadata.generation` this status reflects. Until the controller first writes
+    /// the status it reads 0 (the CRD's default), so tools that compare it with
+    /// `metadata.generation` (kstatus, Argo CD) see a rollout nobody has looked at yet as
+    /// in progress rather than done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Where the rollout is.
