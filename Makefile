@@ -2,11 +2,11 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck labcheck lab lab-bench demo controller-bench scale-bench krew chart image
+.PHONY: test deps lint unit soak crds crdcheck gitopscheck argocd-cm labcheck lab lab-bench demo controller-bench scale-bench krew chart image
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
-test: deps lint unit crdcheck labcheck
+test: deps lint unit crdcheck gitopscheck labcheck
 
 deps:
 	bash scripts/install-deps
@@ -50,6 +50,19 @@ lab-bench:
 # code (structural schema, CEL compile and cost, defaulting, CEL refusals), in process.
 crdcheck:
 	cd e2e/crdcheck && GOWORK=off go test -count=1 ./...
+
+# The GitOps health checks shipped in deploy/: gofmt and vet of e2e/gitops, then kstatus
+# (sigs.k8s.io/cli-utils, what Flux and kpt run) and the Argo CD health and action scripts
+# (run as Argo CD runs them, through gopher-lua) over objects taken from the lab, their
+# health_test.yaml and action_test.yaml, and deploy/argocd/argocd-cm.yaml being current.
+gitopscheck:
+	cd e2e/gitops && test -z "$$(gofmt -l .)" && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./...
+
+# Regenerates deploy/argocd/argocd-cm.yaml from deploy/argocd/resource_customizations
+# (make gitopscheck fails when they differ).
+argocd-cm:
+	cd e2e/gitops && GOWORK=off go run ./cmd/gitops-health argocd-cm \
+		--customizations ../../deploy/argocd/resource_customizations > ../../deploy/argocd/argocd-cm.yaml
 
 # The lab's Go programs: gofmt, vet, and the workload's consumer rules (validation,
 # error ratio, metrics without values) as unit tests.

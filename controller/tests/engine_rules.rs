@@ -1523,3 +1523,240 @@ fn a_rollout_cannot_change_its_target() {
     world.run(10, 1);
     assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
 }
+
+/// The kstatus conditions as (Ready, Reconciling, Stalled), each `Some(reason)` when true.
+fn kstatus(world: &World) -> (Option<String>, Option<String>, Option<String>) {
+    let true_reason = |type_: &str| {
+        world
+            .status
+            .true_condition(type_)
+            .map(|condition| condition.reason.clone())
+    };
+    (
+        true_reason(conditions::READY),
+        true_reason(conditions::RECONCILING),
+        true_reason(conditions::STALLED),
+    )
+}
+
+/// Checks the rollout reads as kstatus wants `phase` read: Complete is Ready; waiting is
+/// Reconciling (with `reason`); halted, rolled back or refused is Stalled (with
+/// `reason`). Never two at once, every one of the three present, every one as of the
+/// current generation, and `Ready`'s message says what the true one says. Returns that
+/// message.
+fn assert_reads(world: &World, phase: RolloutPhase, reason: &str) -> String {
+    assert_eq!(world.status.phase, Some(phase), "{:?}", world.status);
+    let expected = match phase {
+        RolloutPhase::Complete => (Some(reason.to_owned()), None, None),
+        RolloutPhase::Halted | RolloutPhase::RolledBack | RolloutPhase::Refused => {
+            (None, None, Some(reason.to_owned()))
+        }
+        _ if world.condition_true(conditions::INVALID_SPEC) => {
+            (None, None, Some(reason.to_owned()))
+        }
+        _ => (None, Some(reason.to_owned()), None),
+    };
+    assert_eq!(kstatus(world), expected, "{phase:?}");
+    for type_ in conditions::KSTATUS_CONDITION_TYPES {
+        let condition = world.condition(type_).expect(type_);
+        assert_eq!(
+            condition.observed_generation,
+            Some(world.generation),
+            "{type_}"
+        );
+    }
+    assert_eq!(world.status.observed_generation, Some(world.generation));
+    let ready = world.condition(conditions::READY).unwrap();
+    for type_ in [conditions::RECONCILING, conditions::STALLED] {
+        let condition = world.condition(type_).unwrap();
+        if condition.status == "True" {
+            assert_eq!(condition.message, ready.message, "{type_}");
+        } else {
+            assert!(
+                condition.message.is_empty(),
+                "{type_}: {}",
+                condition.message
+            );
+        }
+    }
+    ready.message.clone()
+}
+
+#[test]
+fn a_rollout_reads_as_kstatus_defines_it_in_every_phase() {
+    // Progressing while the canary is being updated: what it waits on is named.
+    let mut value = three_stages();
+    value["stages"][1]["approval"] = json!("Required");
+    value["stages"][1]["pause"] = json!({"duration": "5m"});
+    let mut world = World::new(spec(value), &ALL);
+    world.region("c1").stuck = true;
+    world.tick();
+    let message = assert_reads(&world, RolloutPhase::Progressing, "Progressing");
+    assert!(
+        message.contains("r1 at stage canary: waiting for regions c1 to materialize r1"),
+        "{message}"
+    );
+    assert!(message.contains("0/6 regions done"), "{message}");
+    world.region("c1").reachable = false;
+    world.tick();
+    let message = assert_reads(&world, RolloutPhase::Progressing, "Progressing");
+    assert!(message.contains("c1 (unreachable)"), "{message}");
+
+    // Waiting for an approval, naming the stage and the revision.
+    world.region("c1").stuck = false;
+    world.region("c1").reachable = true;
+    world.run(3, 1);
+    let message = assert_reads(&world, RolloutPhase::AwaitingApproval, "AwaitingApproval");
+    assert!(
+        message.contains("stage wave1 of r1 awaits a StageApproval"),
+        "{message}"
+    );
+
+    // Baking after the approval: waiting on time.
+    world.approve("ok", "wave1", "r1");
+    world.run(3, 1);
+    let message = assert_reads(&world, RolloutPhase::Progressing, "Progressing");
+    assert!(message.contains("its bake time (5m) to end"), "{message}");
+
+    // Paused before the first stage started, then at a stage.
+    let mut early = World::new(spec(three_stages()), &ALL);
+    early.spec.paused = true;
+    early.tick();
+    let message = assert_reads(&early, RolloutPhase::Paused, "Paused");
+    assert!(
+        message.starts_with("r1: paused by spec.paused"),
+        "{message}"
+    );
+    world.spec.paused = true;
+    world.generation = 2;
+    world.tick();
+    let message = assert_reads(&world, RolloutPhase::Paused, "Paused");
+    assert!(message.contains("paused by spec.paused"), "{message}");
+
+    // Complete: Ready, and nothing else.
+    world.spec.paused = false;
+    world.generation = 3;
+    world.advance(600);
+    world.run(6, 1);
+    let message = assert_reads(&world, RolloutPhase::Complete, "AllStagesPassed");
+    assert_eq!(message, "r1 passed every stage (6/6 regions done)");
+
+    // A new revision that nobody has decided on yet: the first one to be declared.
+    let mut pending = World::new(spec(three_stages()), &ALL);
+    pending.desired.digest = String::new();
+    pending.tick();
+    let message = assert_reads(&pending, RolloutPhase::Pending, "Pending");
+    assert!(message.contains("first revision"), "{message}");
+}
+
+#[test]
+fn halted_rolled_back_and_refused_rollouts_are_stalled_and_a_rollback_in_flight_is_not() {
+    // A failed gate halts: Stalled, for the gate's reason, naming the gate.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 5}))),
+        &["c1", "r1"],
+    );
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.5));
+    world.run(4, 10);
+    let message = assert_reads(&world, RolloutPhase::Halted, "GateFailed");
+    assert!(message.starts_with("r1 halted (GateFailed): "), "{message}");
+    assert!(message.contains("gate errors"), "{message}");
+    // A retry makes it move again: no longer stalled.
+    world.control.retry_requested_at = Some(world.now);
+    world.metric = Box::new(|_, _| QueryResult::Scalar(0.0));
+    world.advance(1);
+    world.tick();
+    assert_reads(&world, RolloutPhase::Progressing, "Progressing");
+
+    // Rolling back is still the controller's work (InProgress); rolled back is final.
+    let mut world = rolls_back_when_wave1_is_late();
+    world.region("w2").stuck = true;
+    world.region("w1").reachable = false;
+    while world.status.phase != Some(RolloutPhase::RollingBack) {
+        world.run(1, 10);
+    }
+    let message = assert_reads(&world, RolloutPhase::RollingBack, "RollingBack");
+    assert!(
+        message.starts_with("rolling back r1 after ProgressDeadlineExceeded"),
+        "{message}"
+    );
+    world.spec.paused = true;
+    world.tick();
+    let message = assert_reads(&world, RolloutPhase::RollingBack, "RollingBack");
+    assert!(message.contains("paused by spec.paused"), "{message}");
+    world.spec.paused = false;
+    world.region("w1").reachable = true;
+    world.run(10, 10);
+    let message = assert_reads(&world, RolloutPhase::RolledBack, "RolledBack");
+    assert!(message.contains("was rolled back"), "{message}");
+
+    // An invalid spec is refused before anything is written: Stalled, whatever the phase.
+    let mut world = World::new(spec(gated(json!({"condition": "result <"}))), &["c1", "r1"]);
+    world.tick();
+    let message = assert_reads(&world, RolloutPhase::Refused, "InvalidSpec");
+    assert!(message.contains("spec.gates[0]"), "{message}");
+    // Fixed: the summary follows at once.
+    world.spec = spec(gated(json!({})));
+    world.generation = 2;
+    world.tick();
+    assert_reads(&world, RolloutPhase::Progressing, "Progressing");
+}
+
+#[test]
+fn a_spec_change_that_declares_nothing_new_leaves_a_complete_rollout_ready_in_one_reconcile() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.run(10, 1);
+    assert_reads(&world, RolloutPhase::Complete, "AllStagesPassed");
+    let publishes = world.publishes().len();
+    let ready_since = world
+        .condition(conditions::READY)
+        .unwrap()
+        .last_transition_time
+        .clone();
+
+    // Operator fields: paused, then resumed, then a bake time edited; each a new
+    // generation the very next decision records, still Complete and Ready.
+    /// A spec edit that declares nothing new, named.
+    type Edit = (&'static str, fn(&mut World));
+    let edits: [Edit; 3] = [
+        ("paused", |world| world.spec.paused = true),
+        ("resumed", |world| world.spec.paused = false),
+        ("bake time", |world| {
+            world.spec.stages[1].pause =
+                Some(serde_json::from_value(json!({"duration": "1m"})).unwrap())
+        }),
+    ];
+    for (what, edit) in edits {
+        edit(&mut world);
+        world.generation += 1;
+        world.advance(5);
+        world.tick();
+        let message = assert_reads(&world, RolloutPhase::Complete, "AllStagesPassed");
+        assert_eq!(
+            message.ends_with("spec.paused holds the next revision"),
+            world.spec.paused,
+            "{what}: {message}"
+        );
+        for condition in &world.status.conditions {
+            assert_eq!(
+                condition.observed_generation,
+                Some(world.generation),
+                "{what}: {}",
+                condition.type_
+            );
+        }
+        assert_eq!(
+            world
+                .condition(conditions::READY)
+                .unwrap()
+                .last_transition_time,
+            ready_since,
+            "{what}: Ready never flipped"
+        );
+    }
+    assert_eq!(
+        world.publishes().len(),
+        publishes,
+        "nothing published again"
+    );
+}

@@ -130,6 +130,21 @@ func TestFixturesAreAdmittedAndDefaulted(t *testing.T) {
 			t.Errorf("apiserver default of %s: got %#v, want %#v", path, got, want)
 		}
 	}
+	// Read back before the controller writes a status, a rollout or a Region reads
+	// observedGeneration 0 against generation 1: kstatus (Flux, kpt) and Argo CD's health
+	// check take it as in progress, not as done.
+	for kind, file := range map[string]string{"ConfigRollout": "rollout-basic.yaml", "Region": "region.yaml"} {
+		unobserved, _ := k[kind].Admit(fixture(t, file), nil)
+		if got := get(unobserved, "status.observedGeneration"); got != int64(0) {
+			t.Errorf("%s without a status: status.observedGeneration reads %#v, want 0", kind, got)
+		}
+		written := fixture(t, file)
+		set(t, written, "status", parse(t, "{phase: Complete, reachable: true, observedGeneration: 3}"))
+		observed, _ := k[kind].Admit(written, nil)
+		if got := get(observed, "status.observedGeneration"); got != float64(3) {
+			t.Errorf("%s with a status: status.observedGeneration reads %#v, want the written 3", kind, got)
+		}
+	}
 	full, _ := k["ConfigRollout"].Admit(fixture(t, "rollout-full.yaml"), nil)
 	if got := get(full, "spec.gates.1.interval"); got != "1m" {
 		t.Errorf("apiserver default of gate interval: got %#v", got)

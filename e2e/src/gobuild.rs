@@ -216,6 +216,23 @@ pub fn ensure_controller_gen() -> Result<PathBuf, LabError> {
     )
 }
 
+/// The Go module that judges objects as the GitOps tools do (`e2e/gitops`: cli-utils
+/// kstatus, the shipped Argo CD Lua scripts through gopher-lua).
+pub fn gitops_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("gitops")
+}
+
+/// Returns `gitops-health` (`e2e/gitops/cmd/gitops-health`), built like [`ensure_helm`]
+/// into `e2e/.cache/gitops-health/`.
+pub fn ensure_gitops_health() -> Result<PathBuf, LabError> {
+    ensure_tool(
+        &gitops_module_dir(),
+        "configrollout.dev/e2e/gitops/cmd/gitops-health",
+        "gitops-health",
+        "",
+    )
+}
+
 /// Builds `package` of `module` into `e2e/.cache/<name>/<name>` unless the stamp beside
 /// it matches the module's sources, the Go version and `ldflags`.
 fn ensure_tool(

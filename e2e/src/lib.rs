@@ -12,12 +12,14 @@
 //! started again with their data. With [`LabOptions::workload_controllers`] every region
 //! also runs upstream kube-controller-manager and kube-scheduler and KWOK, so its
 //! Deployments get pods that turn Ready on a fake node. Dropping the lab stops every
-//! process it started.
+//! process it started. [`gitops`] judges the lab's objects as Flux (kstatus) and Argo CD
+//! (the shipped health and action scripts) do.
 
 pub mod chart;
 mod child;
 mod controlplane;
 mod error;
+pub mod gitops;
 pub mod gobuild;
 mod lab;
 pub mod manifests;

@@ -13,6 +13,7 @@ use configrollout::crdt::Replica;
 use configrollout::reconcile::revision_store::ROLLOUT_LABEL;
 use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 mod support;
 
@@ -181,6 +183,19 @@ async fn a_staged_rollout_waits_for_approval_then_completes(world: &World) {
     assert!(
         !message.contains("edited-by-hand"),
         "no value in the condition"
+    );
+    // Drift reported under Report leaves the revision done: Flux and Argo CD still see it
+    // so, and say why it is worth a look.
+    let verdict = assert_seen_as(
+        "complete-drifted",
+        &drifted,
+        "Complete",
+        "Current",
+        "Healthy",
+    );
+    assert!(
+        verdict.argo_cd.message.contains("region-2 (feature-x)"),
+        "{verdict:#?}"
     );
     assert_eq!(
         world
@@ -631,6 +646,12 @@ spec:
         message.contains("spec.gates[0].condition"),
         "names the field: {message}"
     );
+    // Refused: Flux fails the Kustomization and Argo CD marks it Degraded, naming the field.
+    let verdict = assert_seen_as("invalid-spec", &rollout, "Pending", "Failed", "Degraded");
+    assert!(
+        verdict.kstatus.message.contains("spec.gates[0].condition"),
+        "{verdict:#?}"
+    );
     for region in ["region-1", "region-2", "region-3"] {
         assert_eq!(world.target_data(region, "bad-gate").await, None);
     }
@@ -875,12 +896,17 @@ spec:
     };
     world.lab.stop_region("region-3").expect("stop region-3");
     let regions: Api<Region> = Api::all(world.hub.clone());
-    eventually("Region region-3 reported unreachable", PROGRESS, || async {
+    let unreachable = eventually("Region region-3 reported unreachable", PROGRESS, || async {
         let region = within("read region", regions.get("region-3")).await;
-        let status = region.status?;
-        (status.reachable == Some(false) && status.last_error.is_some()).then_some(())
+        let status = region.status.as_ref()?;
+        (status.reachable == Some(false) && status.last_error.is_some()).then_some(region)
     })
     .await;
+    let verdict = assert_seen_as("region-unreachable", &unreachable, "", "Failed", "Degraded");
+    assert!(
+        verdict.kstatus.message.contains("did not answer"),
+        "{verdict:#?}"
+    );
     // What the ConfigRolloutRegionUnreachable alert reads.
     let unreachable_regions = || async {
         sample(
@@ -912,6 +938,15 @@ spec:
         ))
         .await;
     let halted = world.wait_phase("partition-halt", "Halted", PROGRESS).await;
+    let verdict = assert_seen_as("halted-deadline", &halted, "Halted", "Failed", "Degraded");
+    assert!(
+        verdict
+            .kstatus
+            .message
+            .starts_with("r1 halted (ProgressDeadlineExceeded)"),
+        "{verdict:#?}"
+    );
+    assert_eq!(verdict.enabled_actions(), ["pause", "retry"]);
     let region3 = region_status(&halted, "region-3").expect("region-3 in status");
     assert!(region3.materialized.is_none());
     assert!(
@@ -923,9 +958,18 @@ spec:
         Some(data(&[("k", "v")])),
         "the reachable region keeps what it received"
     );
-    world
+    let rolling_back = world
         .wait_phase("partition-rollback", "RollingBack", PROGRESS)
         .await;
+    // Still the controller's work (kstatus InProgress), but the revision failed: Argo CD
+    // says Degraded at once rather than waiting for the rollback to end.
+    assert_seen_as(
+        "rolling-back",
+        &rolling_back,
+        "RollingBack",
+        "InProgress",
+        "Degraded",
+    );
     eventually(
         "region-1 reverted while region-3 is down",
         PROGRESS,
@@ -945,6 +989,27 @@ spec:
     world
         .create_rollout(&rollout("partition-heal", "180s"))
         .await;
+    let waiting = eventually("partition-heal waits for region-3", PROGRESS, || async {
+        let rollout = world.rollout("partition-heal").await;
+        let canary_done =
+            region_status(&rollout, "region-1").is_some_and(|region| region.materialized.is_some());
+        (phase_of(&rollout).as_deref() == Some("Progressing") && canary_done).then_some(rollout)
+    })
+    .await;
+    let verdict = assert_seen_as(
+        "progressing",
+        &waiting,
+        "Progressing",
+        "InProgress",
+        "Progressing",
+    );
+    assert!(
+        verdict
+            .argo_cd
+            .message
+            .contains("waiting for regions region-3 (unreachable) to materialize r1"),
+        "says what it waits on: {verdict:#?}"
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     world
         .lab
@@ -959,6 +1024,13 @@ spec:
     let rolled_back = world
         .wait_phase("partition-rollback", "RolledBack", PROGRESS)
         .await;
+    assert_seen_as(
+        "rolled-back",
+        &rolled_back,
+        "RolledBack",
+        "Failed",
+        "Degraded",
+    );
     assert!(
         rolled_back
             .status
@@ -976,10 +1048,12 @@ spec:
     );
     let back = eventually("Region region-3 reachable again", PROGRESS, || async {
         let region = within("read region", regions.get("region-3")).await;
-        let status = region.status?;
-        (status.reachable == Some(true)).then_some(status)
+        let status = region.status.as_ref()?;
+        (status.reachable == Some(true)).then_some(region)
     })
     .await;
+    assert_seen_as("region-reachable", &back, "", "Current", "Healthy");
+    let back = back.status.expect("status");
     assert!(
         back.server_version
             .as_deref()
@@ -1014,6 +1088,163 @@ spec:
         Some(data(&SECRET_VALUES)),
         "nothing lost in region-3 across the outage"
     );
+}
+
+/// A rollout steered only through Argo CD's shipped actions, judged by kstatus (Flux, kpt)
+/// and Argo CD's shipped health check at every step: created paused, resumed, approved,
+/// complete. Then paused again: a new generation that declares nothing new, which the
+/// first status write after it observes, so the rollout reads as unfinished only until
+/// that one reconcile.
+async fn the_gitops_tools_see_a_rollout_as_a_person_would(world: &World) {
+    let created = world
+        .create_rollout(&rollout_yaml(
+            "steered",
+            r#"  data: {k: "v"}
+  paused: true
+  stages:
+    - {name: canary, regions: {names: [region-1]}}
+    - {name: prod, regions: {names: [region-2]}, approval: Required}
+"#,
+        ))
+        .await;
+    // Nobody has looked at it yet: generation 1 against the CRD's default of 0.
+    let verdict = assert_seen_as("unobserved", &created, "", "InProgress", "Progressing");
+    assert_eq!(
+        verdict.kstatus.message,
+        "ConfigRollout generation is 1, but latest observed generation is 0"
+    );
+
+    let paused = world.wait_phase("steered", "Paused", PROGRESS).await;
+    let verdict = assert_seen_as("paused", &paused, "Paused", "InProgress", "Suspended");
+    assert!(
+        verdict.argo_cd.message.contains("paused by spec.paused"),
+        "{verdict:#?}"
+    );
+    assert_eq!(verdict.enabled_actions(), ["abort", "resume"]);
+
+    world
+        .run_argo_cd_action("steered", "resume", User::Admin, None)
+        .await;
+    let waiting = world
+        .wait_phase("steered", "AwaitingApproval", PROGRESS)
+        .await;
+    let verdict = assert_seen_as(
+        "awaiting-approval",
+        &waiting,
+        "AwaitingApproval",
+        "InProgress",
+        "Suspended",
+    );
+    assert!(
+        verdict
+            .argo_cd
+            .message
+            .contains("stage prod of r1 awaits a StageApproval"),
+        "{verdict:#?}"
+    );
+    assert_eq!(verdict.enabled_actions(), ["abort", "approve", "pause"]);
+
+    // Argo CD creates the approval as its own identity for the hub, which the platform
+    // sets as the action's approver: approver-alice plays it here.
+    let approvals = world
+        .run_argo_cd_action(
+            "steered",
+            "approve",
+            User::ApproverAlice,
+            Some("approver-alice"),
+        )
+        .await;
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    let done = world.wait_condition("steered", "Ready", PROGRESS).await;
+    let verdict = assert_seen_as("complete", &done, "Complete", "Current", "Healthy");
+    assert_eq!(verdict.enabled_actions(), ["pause"]);
+    let status = done.status.as_ref().expect("status");
+    let prod = status
+        .stages
+        .iter()
+        .find(|s| s.name == "prod")
+        .expect("prod");
+    assert_eq!(
+        prod.approval.as_ref().map(|a| a.approver.as_str()),
+        Some("approver-alice")
+    );
+    // What a person (or a CI job) runs, as the read-only viewer.
+    let viewer = world
+        .lab
+        .kubeconfig(HUB, User::Viewer)
+        .expect("viewer kubeconfig");
+    let waited = tokio::process::Command::new(world.lab.kubectl())
+        .env("KUBECONFIG", &viewer)
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "configrollout/steered",
+            "-n",
+            TEAM,
+            "--timeout=30s",
+        ])
+        .output();
+    let waited = tokio::time::timeout(CALL + CALL, waited)
+        .await
+        .expect("kubectl wait answers")
+        .expect("kubectl runs");
+    assert!(
+        waited.status.success(),
+        "kubectl wait --for=condition=Ready: {}{}",
+        String::from_utf8_lossy(&waited.stdout),
+        String::from_utf8_lossy(&waited.stderr)
+    );
+
+    // Paused once complete: a new generation that declares nothing new. Every status
+    // written after it is of the new generation, and complete.
+    let ready_since = status
+        .condition("Ready")
+        .expect("Ready")
+        .last_transition_time
+        .clone();
+    let before = done.status.clone();
+    let mut changes = watcher(
+        world.rollouts(),
+        watcher::Config::default().fields("metadata.name=steered"),
+    )
+    .applied_objects()
+    .boxed();
+    world
+        .run_argo_cd_action("steered", "pause", User::Admin, None)
+        .await;
+    let generation = world.rollout("steered").await.metadata.generation;
+    let first_written = tokio::time::timeout(PROGRESS, async {
+        while let Some(Ok(rollout)) = changes.next().await {
+            if rollout.metadata.generation == generation && rollout.status != before {
+                return rollout;
+            }
+        }
+        panic!("the watch of steered ended");
+    })
+    .await
+    .expect("a status write after the pause");
+    let written = first_written.status.as_ref().expect("status");
+    assert_eq!(
+        written.observed_generation, generation,
+        "the first status written after the pause observed it"
+    );
+    let verdict = assert_seen_as(
+        "complete-paused",
+        &first_written,
+        "Complete",
+        "Current",
+        "Healthy",
+    );
+    assert_eq!(verdict.enabled_actions(), ["resume"]);
+    assert_eq!(
+        written.condition("Ready").map(|c| &c.last_transition_time),
+        Some(&ready_since),
+        "Ready never flipped"
+    );
+    assert!(written.is_true("Paused"));
+    world
+        .run_argo_cd_action("steered", "resume", User::Admin, None)
+        .await;
 }
 
 /// Every phase the controller exports, as `status.phase` spells it.
@@ -1407,8 +1638,19 @@ async fn the_deploy_manifests_are_valid(world: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_on_the_lab() {
+    configrollout_e2e::gitops::ensure_built().expect("gitops-health builds");
     let mut world = World::start(LabOptions::default()).await;
     the_deploy_manifests_are_valid(&world).await;
+    // No controller has probed the lab's Regions yet: in progress, not current.
+    let regions: Api<Region> = Api::all(world.hub.clone());
+    let unprobed = within("read region", regions.get("region-1")).await;
+    assert_seen_as(
+        "region-unobserved",
+        &unprobed,
+        "",
+        "InProgress",
+        "Progressing",
+    );
     let controller = world.start_controller("controller-a");
 
     a_staged_rollout_waits_for_approval_then_completes(&world).await;
@@ -1422,6 +1664,7 @@ async fn controller_on_the_lab() {
     a_spec_the_schema_refuses_never_exists(&world).await;
     an_oversized_revision_is_reported_and_touches_no_region(&world).await;
     a_leftover_revision_object_is_replaced_when_the_revision_is_declared(&world).await;
+    the_gitops_tools_see_a_rollout_as_a_person_would(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
     only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
     let probe_addr = free_local_addr();

@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::api::{ConfigRollout, GateVerdict, SampleVerdict, StageState};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
 use configrollout::regions::overrides::write_override;
@@ -128,18 +127,6 @@ impl World {
             .await;
     }
 
-    /// Sets an operator command annotation to now, as the plugin does.
-    async fn annotate(&self, name: &str, annotation: &str) {
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let patch = serde_json::json!({"metadata": {"annotations": {annotation: now}}});
-        within(
-            "annotate the rollout",
-            self.rollouts()
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
-        )
-        .await;
-    }
-
     async fn has_event(&self, name: &str, reason: &str) -> bool {
         let events: Api<Event> = Api::namespaced(self.hub.clone(), TEAM);
         let events = within("list events", events.list(&Default::default())).await;
@@ -250,6 +237,18 @@ async fn a_bad_value_is_caught_in_the_canary_and_rolled_back(world: &World) {
     let rolled = condition(&rolled_back, "RolledBack");
     assert_eq!(rolled.status, "True");
     assert_canary_gate_failed(&rolled_back);
+    // What Flux and Argo CD make of it: the change failed, whatever the gate's wording.
+    let verdict = assert_seen_as(
+        "rolled-back-gate",
+        &rolled_back,
+        "RolledBack",
+        "Failed",
+        "Degraded",
+    );
+    assert!(
+        verdict.kstatus.message.contains("GateFailed"),
+        "{verdict:#?}"
+    );
     let canary = stage(&rolled_back, "canary");
     assert_eq!(canary.state, StageState::Failed);
     let failed = canary
@@ -282,6 +281,16 @@ async fn a_bad_value_halts_where_it_is(world: &World) {
     world.set_timeout(name, BAD_TIMEOUT).await;
     let halted = world.wait_phase(name, "Halted", PROGRESS).await;
     assert_canary_gate_failed(&halted);
+    // Halted in its canary: Flux's health check fails and Argo CD says Degraded, where
+    // both took it for done before the rollout spoke kstatus.
+    let verdict = assert_seen_as("halted-gate", &halted, "Halted", "Failed", "Degraded");
+    assert!(
+        verdict
+            .kstatus
+            .message
+            .starts_with("r2 halted (GateFailed)"),
+        "{verdict:#?}"
+    );
 
     // Halt stops where it is: the canary keeps the bad value, nothing else is written.
     let counters = WriteCounter::start_in(world, &REGIONS, name).await;
@@ -357,8 +366,16 @@ async fn a_dark_prometheus_holds_the_rollout_then_halts_it(world: &mut World) {
         );
     }
 
-    // Prometheus is back: an operator's retry resumes the canary with a fresh window.
-    world.annotate(name, RETRY_ANNOTATION).await;
+    // Prometheus is back: an operator's retry (Argo CD's action) resumes the canary with a
+    // fresh window.
+    let verdict = judged("halted-dark", &halted);
+    assert_eq!(verdict.enabled_actions(), ["pause", "retry"]);
+    // Argo CD's retry is dated to the second (Lua's os.date), and a retry resumes only a
+    // halt older than it: a person sees the halt before asking, so the second turns.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    world
+        .run_argo_cd_action(name, "retry", User::Admin, None)
+        .await;
     let done = world.wait_complete(name, "r1").await;
     let gate = &stage(&done, "canary").gates[0];
     // A Prometheus just started has no rate for a few scrapes: those samples are
@@ -462,11 +479,21 @@ async fn an_aborted_rollout_is_rolled_back_and_publishes_nothing_more(world: &Wo
         world.timeout_in("region-1", name).await.as_deref(),
         Some(GOOD_TIMEOUT)
     );
-    // An abort rolls back what was published, whatever onFailure says: r1 was the first
-    // revision, so the canary's target loses every key it wrote.
-    world.annotate(name, ABORT_ANNOTATION).await;
+    // Aborted with Argo CD's action. An abort rolls back what was published, whatever
+    // onFailure says: r1 was the first revision, so the canary's target loses every key
+    // it wrote.
+    world
+        .run_argo_cd_action(name, "abort", User::Admin, None)
+        .await;
     let aborted = world.wait_phase(name, "RolledBack", PROGRESS).await;
     assert_eq!(condition(&aborted, "Halted").reason, "Aborted");
+    assert_seen_as(
+        "rolledback-aborted",
+        &aborted,
+        "RolledBack",
+        "Failed",
+        "Degraded",
+    );
     assert!(world.has_event(name, "Aborted").await);
     assert_eq!(world.timeout_in("region-1", name).await, None);
 
@@ -1318,7 +1345,9 @@ async fn retry_and_abort_resume_a_rollback_that_could_not_finish(world: &mut Wor
     );
 
     let region_2 = WriteCounter::start_in(world, &["region-2"], name).await;
-    world.annotate(name, RETRY_ANNOTATION).await;
+    world
+        .run_argo_cd_action(name, "retry", User::Admin, None)
+        .await;
     world.wait_revision_phase(name, "r2", "RollingBack").await;
     let halted = world.wait_revision_phase(name, "r2", "Halted").await;
     assert_eq!(condition(&halted, "Halted").reason, "RollbackIncomplete");
@@ -1330,7 +1359,9 @@ async fn retry_and_abort_resume_a_rollback_that_could_not_finish(world: &mut Wor
         .start_region("region-3")
         .await
         .expect("region-3 starts again");
-    world.annotate(name, ABORT_ANNOTATION).await;
+    world
+        .run_argo_cd_action(name, "abort", User::Admin, None)
+        .await;
     world.wait_revision_phase(name, "r2", "RolledBack").await;
     world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
 }
@@ -1465,7 +1496,9 @@ async fn a_region_that_left_the_stages_is_rolled_back_too(world: &World) {
     })
     .await;
     assert!(world.has_event(name, "RegionLeftPlan").await);
-    world.annotate(name, ABORT_ANNOTATION).await;
+    world
+        .run_argo_cd_action(name, "abort", User::Admin, None)
+        .await;
     world.wait_revision_phase(name, "r2", "RolledBack").await;
     world.relabel("region-3", "production").await;
     world.assert_timeout_everywhere(name, GOOD_TIMEOUT).await;
@@ -1493,6 +1526,7 @@ async fn a_retarget_is_refused_at_apply(world: &World) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gates_on_the_lab() {
+    configrollout_e2e::gitops::ensure_built().expect("gitops-health builds");
     let mut world = World::start(LabOptions {
         workload_controllers: true,
         ..LabOptions::default()

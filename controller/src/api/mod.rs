@@ -20,7 +20,9 @@ pub use duration::{
 pub use region::*;
 pub use rollout::*;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSON,
+};
 use kube::CustomResourceExt;
 
 /// API group of every kind here.
@@ -47,11 +49,32 @@ pub enum ApiError {
 /// The CRDs of every kind, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
-        ConfigRollout::crd(),
-        Region::crd(),
+        unobserved_until_written(ConfigRollout::crd()),
+        unobserved_until_written(Region::crd()),
         StageApproval::crd(),
         TargetClaim::crd(),
     ]
+}
+
+/// What a kind's `status` reads before its controller first writes it:
+/// `{observedGeneration: 0}`, applied by the apiserver to every read of an object that
+/// has no status. Without it a ConfigRollout just applied from Git has neither status nor
+/// conditions, which kstatus (Flux's health checks, kpt) takes for Current: Flux would
+/// call it healthy before the controller has looked at it. With it, generation 1 against
+/// observed 0 reads InProgress until the controller's first status write.
+fn unobserved_until_written(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|schema| schema.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut())
+            .and_then(|properties| properties.get_mut("status"));
+        if let Some(status) = status {
+            status.default = Some(JSON(serde_json::json!({"observedGeneration": 0})));
+        }
+    }
+    crd
 }
 
 /// Each CRD as `(file name, YAML)`, file named after the CRD (e.g.

@@ -218,6 +218,11 @@ fn auth_rules(schema: &mut Schema) {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegionStatus {
+    /// The `metadata.generation` this status reflects: the last probe's. Until the
+    /// controller first probes the region it reads 0 (the CRD's default), so tools that
+    /// compare it with `metadata.generation` (kstatus, Argo CD) wait for that probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// Whether its API server answered the last contact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachable: Option<bool>,
@@ -230,7 +235,9 @@ pub struct RegionStatus {
     /// When its API server last answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_contact_time: Option<Time>,
-    /// Standard conditions (`Reachable`).
+    /// kstatus conditions: `Ready` (its API server answered the last probe), and the
+    /// abnormal-true `Stalled` (it did not: the reason is `Unreachable`, the message the
+    /// error) and `Reconciling` (never true after a probe: a probe decides at once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,

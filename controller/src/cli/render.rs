@@ -599,7 +599,7 @@ pub fn render_get(rollout: &ConfigRollout) -> String {
     let _ = writeln!(out, "  waiting on: {what}");
     let _ = writeln!(out, "  unblocks:   {who}");
     for condition in &status.conditions {
-        if conditions::is_true(condition) {
+        if conditions::is_true(condition) && !conditions::is_kstatus_summary(&condition.type_) {
             let mut line = format!("  condition:  {} ({})", condition.type_, condition.reason);
             if !condition.message.is_empty() {
                 let _ = write!(line, ": {}", condition.message);

@@ -2,44 +2,25 @@
 //! `observedGeneration`, and `lastTransitionTime` changed only when the status flips),
 //! the `progress` column, and events for the flips that no other rule announces.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-
 use crate::api::{CONTRACT_STAGE, ConfigRolloutStatus, RolloutPhase, conditions};
 
 use super::clock::to_time;
 use super::control::REASON_ABORTED;
+use super::kstatus;
 use super::regions::region_done;
 use super::{Draft, EventType, MAX_CONDITION_MESSAGE};
 
 /// Sets one condition, keeping its transition time unless the status flips.
-fn set(draft: &mut Draft<'_>, type_: &str, status: bool, reason: &str, message: String) {
-    let status_text = if status { "True" } else { "False" };
-    let generation = Some(draft.obs.generation);
-    let now = to_time(draft.now);
-    match draft
-        .status
-        .conditions
-        .iter_mut()
-        .find(|condition| condition.type_ == type_)
-    {
-        Some(condition) => {
-            if condition.status != status_text {
-                condition.status = status_text.to_owned();
-                condition.last_transition_time = now;
-            }
-            condition.reason = reason.to_owned();
-            condition.message = message;
-            condition.observed_generation = generation;
-        }
-        None => draft.status.conditions.push(Condition {
-            type_: type_.to_owned(),
-            status: status_text.to_owned(),
-            reason: reason.to_owned(),
-            message,
-            observed_generation: generation,
-            last_transition_time: now,
-        }),
-    }
+pub(super) fn set(draft: &mut Draft<'_>, type_: &str, status: bool, reason: &str, message: String) {
+    conditions::set(
+        &mut draft.status.conditions,
+        type_,
+        status,
+        reason,
+        message,
+        Some(draft.obs.generation),
+        to_time(draft.now),
+    );
 }
 
 fn was_true(draft: &Draft<'_>, type_: &str) -> bool {
@@ -75,9 +56,21 @@ pub(super) fn invalid_spec(draft: &mut Draft<'_>, errors: &[String], reason: &st
     if !was_true(draft, conditions::INVALID_SPEC) {
         draft.event(EventType::Warning, reason, message.clone());
     }
-    set(draft, conditions::INVALID_SPEC, true, reason, message);
+    set(
+        draft,
+        conditions::INVALID_SPEC,
+        true,
+        reason,
+        message.clone(),
+    );
     // A refused rollout looks refused wherever its phase is shown, never Progressing.
     draft.status.phase = Some(RolloutPhase::Refused);
+    kstatus::apply(
+        draft,
+        kstatus::Summary::Stalled,
+        reason,
+        format!("the spec is refused, no region is touched until it is fixed: {message}"),
+    );
 }
 
 /// Regions done with the current pass, out of regions selected.
@@ -109,29 +102,15 @@ pub fn reconcile_failed(
 ) -> ConfigRolloutStatus {
     let mut status = status.clone();
     let message: String = message.chars().take(MAX_CONDITION_MESSAGE).collect();
-    match status
-        .conditions
-        .iter_mut()
-        .find(|condition| condition.type_ == conditions::RECONCILE_FAILED)
-    {
-        Some(condition) => {
-            if condition.status != "True" {
-                condition.status = "True".to_owned();
-                condition.last_transition_time = to_time(now);
-            }
-            reason.clone_into(&mut condition.reason);
-            condition.message = message;
-            condition.observed_generation = Some(generation);
-        }
-        None => status.conditions.push(Condition {
-            type_: conditions::RECONCILE_FAILED.to_owned(),
-            status: "True".to_owned(),
-            reason: reason.to_owned(),
-            message,
-            observed_generation: Some(generation),
-            last_transition_time: to_time(now),
-        }),
-    }
+    conditions::set(
+        &mut status.conditions,
+        conditions::RECONCILE_FAILED,
+        true,
+        reason,
+        message,
+        Some(generation),
+        to_time(now),
+    );
     status
 }
 
@@ -295,6 +274,7 @@ pub(super) fn refresh(draft: &mut Draft<'_>) {
 
     drifted(draft);
     admission_policies(draft);
+    kstatus::summarize(draft);
 }
 
 /// `AdmissionPolicies`, on rollouts that wait for approvals: whether the policies that

@@ -14,7 +14,8 @@
 //! (gate sampling and verdicts), `approvals`, `stages` (stage order, parallelism, pauses,
 //! deadlines), `expand_contract`, `failure` (halt and rollback), `control` (abort and
 //! retry), `dispatch` (which publishes and rollbacks are new), `conditions` (phase,
-//! conditions, progress) and [`validate`].
+//! conditions, progress), `kstatus` (`Ready`, `Reconciling`, `Stalled` for GitOps tools)
+//! and [`validate`].
 //!
 //! Gate samples: the reconcile calls [`gates_due`] before [`decide`], takes those samples
 //! and passes them in [`Observations::gate_samples`]. A sample is thereby judged in the
@@ -33,6 +34,7 @@ mod dispatch;
 mod expand_contract;
 mod failure;
 mod gate_windows;
+mod kstatus;
 mod observations;
 pub mod ownership;
 mod regions;

@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec};
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
+use configrollout_e2e::gitops::{self, Operation, Verdict};
 use configrollout_e2e::{HUB, Lab, LabChild, LabOptions, User};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
+};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
@@ -209,6 +212,93 @@ impl World {
             api.create(&PostParams::default(), &approval),
         )
         .await;
+    }
+}
+
+/// What Flux (kstatus) and Argo CD (the shipped `health.lua` and `discovery.lua`) make of
+/// `object` as the lab's apiserver returned it; kept as `label` when capturing
+/// (`CONFIGROLLOUT_GITOPS_CAPTURE`, see `configrollout_e2e::gitops`).
+pub fn judged(label: &str, object: &impl serde::Serialize) -> Verdict {
+    let value = serde_json::to_value(object).expect("object as JSON");
+    gitops::judge(label, &value).unwrap_or_else(|e| panic!("{label}: {e}"))
+}
+
+/// Checks that the GitOps tools read `object` as a person would: its `phase` (empty
+/// before the controller wrote one), then kstatus's status (what Flux's health checks
+/// and kpt act on) and Argo CD's health. Returns the verdict for further checks.
+pub fn assert_seen_as(
+    label: &str,
+    object: &impl serde::Serialize,
+    phase: &str,
+    kstatus: &str,
+    argo_cd: &str,
+) -> Verdict {
+    let verdict = judged(label, object);
+    assert_eq!(
+        (
+            verdict.phase.as_str(),
+            verdict.kstatus.status.as_str(),
+            verdict.argo_cd.status.as_str()
+        ),
+        (phase, kstatus, argo_cd),
+        "{label}: {verdict:#?}"
+    );
+    verdict
+}
+
+impl World {
+    /// Does what Argo CD does when someone runs `action` on the rollout `name` (the shipped
+    /// action, run as Argo CD runs it): creates each object it returns, a server-side dry
+    /// run first, and sends the JSON merge patch it computes, all as `actor`, the identity
+    /// Argo CD would act as. `approver` is set in the approve action, as a platform sets
+    /// it in argocd-cm. Returns what was created.
+    pub async fn run_argo_cd_action(
+        &self,
+        name: &str,
+        action: &str,
+        actor: User,
+        approver: Option<&str>,
+    ) -> Vec<serde_json::Value> {
+        let live = self.rollout(name).await;
+        let value = serde_json::to_value(&live).expect("rollout as JSON");
+        let operations = gitops::argo_cd_action(&value, action, approver)
+            .unwrap_or_else(|e| panic!("Argo CD action {action} on {name}: {e}"));
+        let client = self.lab.client(HUB, actor).expect("actor client");
+        let mut created = Vec::new();
+        for operation in operations {
+            match operation {
+                Operation::Create { resource } => {
+                    let object: DynamicObject =
+                        serde_json::from_value(resource).expect("a Kubernetes object");
+                    let types = object.types.clone().expect("apiVersion and kind");
+                    let (group, version) =
+                        types.api_version.split_once('/').expect("a group/version");
+                    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+                    let namespace = object.namespace().unwrap_or_else(|| TEAM.to_owned());
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        client.clone(),
+                        &namespace,
+                        &ApiResource::from_gvk(&gvk),
+                    );
+                    let dry_run = PostParams {
+                        dry_run: true,
+                        ..PostParams::default()
+                    };
+                    within("create (dry run)", api.create(&dry_run, &object)).await;
+                    let made = within("create", api.create(&PostParams::default(), &object)).await;
+                    created.push(serde_json::to_value(made).expect("created object as JSON"));
+                }
+                Operation::Patch { patch } => {
+                    let api: Api<ConfigRollout> = Api::namespaced(client.clone(), TEAM);
+                    within(
+                        "patch",
+                        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+                    )
+                    .await;
+                }
+            }
+        }
+        created
     }
 }
 

@@ -11,7 +11,10 @@ use crate::api::{conditions, schema};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigRolloutStatus {
-    /// The `metadata.generation` this status reflects.
+    /// The `metadata.generation` this status reflects. Until the controller first writes
+    /// the status it reads 0 (the CRD's default), so tools that compare it with
+    /// `metadata.generation` (kstatus, Argo CD) see a rollout nobody has looked at yet as
+    /// in progress rather than done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Where the rollout is.
@@ -60,7 +63,9 @@ pub struct ConfigRolloutStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collected_through: Option<String>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
-    /// Complete, Drifted, InvalidSpec, AdmissionPolicies.
+    /// Complete, Drifted, InvalidSpec, AdmissionPolicies, ReconcileFailed; and kstatus's
+    /// Ready (True once Complete), Reconciling and Stalled (abnormal-true), which Flux, kpt
+    /// and Argo CD's health check read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::conditions_list)]
     pub conditions: Vec<Condition>,

@@ -336,7 +336,9 @@ pub fn rollout_live(rollout: &ConfigRollout, events: &Result<Vec<EventLine>, Str
     let true_conditions: Vec<_> = status
         .conditions
         .iter()
-        .filter(|condition| conditions::is_true(condition))
+        .filter(|condition| {
+            conditions::is_true(condition) && !conditions::is_kstatus_summary(&condition.type_)
+        })
         .collect();
     if !true_conditions.is_empty() {
         out.push_str(r#"<ul class="conditions">"#);
@@ -500,6 +502,35 @@ spec:
             !html.contains("s3cr3t-value"),
             "no configuration value: {html}"
         );
+    }
+
+    #[test]
+    fn the_kstatus_summary_is_left_to_tools_and_the_conditions_it_sums_up_are_shown() {
+        let mut rollout = gated();
+        let status = rollout.status.as_mut().expect("status");
+        for (type_, message) in [
+            (
+                "AwaitingApproval",
+                "stage prod of r2 awaits a StageApproval",
+            ),
+            (
+                "Reconciling",
+                "waiting for an approval: stage prod of r2 awaits a StageApproval",
+            ),
+        ] {
+            crate::api::conditions::set(
+                &mut status.conditions,
+                type_,
+                true,
+                "AwaitingApproval",
+                message.to_owned(),
+                Some(1),
+                at(),
+            );
+        }
+        let html = rollout_live(&rollout, &Ok(Vec::new()));
+        assert!(html.contains("condition-awaitingapproval"), "{html}");
+        assert!(!html.contains("condition-reconciling"), "{html}");
     }
 
     #[test]

@@ -103,6 +103,9 @@ fn awaiting_prod() -> ConfigRollout {
     - {{type: Progressing, status: \"True\", reason: RolloutProgressing, message: \"r2 (Single pass) at stage prod: 1/3 regions done\", lastTransitionTime: \"2026-12-03T08:00:05Z\"}}
     - {{type: AwaitingApproval, status: \"True\", reason: StageApprovalRequired, message: \"stage prod of r2 awaits a StageApproval\", lastTransitionTime: \"2026-12-03T08:06:30Z\"}}
     - {{type: Complete, status: \"False\", reason: AwaitingApproval, message: \"\", lastTransitionTime: \"2026-12-03T08:00:05Z\"}}
+    - {{type: Ready, status: \"False\", reason: AwaitingApproval, message: \"waiting for an approval: stage prod of r2 awaits a StageApproval\", lastTransitionTime: \"2026-12-03T08:00:05Z\"}}
+    - {{type: Reconciling, status: \"True\", reason: AwaitingApproval, message: \"waiting for an approval: stage prod of r2 awaits a StageApproval\", lastTransitionTime: \"2026-12-03T08:00:05Z\"}}
+    - {{type: Stalled, status: \"False\", reason: AwaitingApproval, message: \"\", lastTransitionTime: \"2026-12-03T08:00:05Z\"}}
 {HISTORY}",
         m1 = mark("r2", "00:10"),
         m2 = mark("r2", "00:40"),

@@ -1,0 +1,3 @@
+-- Lets a paused rollout go on.
+obj.spec.paused = false
+return obj
