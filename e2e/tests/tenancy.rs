@@ -5,7 +5,7 @@
 //! A watch on every ConfigMap of every region shows that nothing was written outside the
 //! grant at any time. One lab for the whole binary; the scenarios run in order.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use configrollout::api::{ConfigRollout, Region};
@@ -392,8 +392,10 @@ async fn a_key_has_one_managing_rollout(t: &Tenancy) {
     t.create(&rival).await.expect("admitted");
     let (reason, message) = t.condition("own-rival", "InvalidSpec").await;
     assert_eq!(reason, "TargetRefused", "{message}");
-    assert!(message.contains("key(s) limit"), "{message}");
-    assert!(message.contains("ConfigRollout team-a/own"), "{message}");
+    assert!(
+        message.contains("key limit is owned by ConfigRollout team-a/own"),
+        "{message}"
+    );
     for region in REGIONS {
         let api: Api<ConfigMap> = Api::namespaced(t.world.region(region), TENANT);
         let data = within("read the shared target", api.get("limits"))
@@ -632,6 +634,467 @@ fn assert_nothing_written_outside_the_grant(t: &Tenancy) {
     assert!(outside.is_empty(), "written outside the grant: {outside:?}");
 }
 
+/// The region namespace two teams share (`team-a`, tenant-a's, and `team`, standing for a
+/// second team), as platform teams grant a `config` or `shared` namespace.
+const SHARED: &str = "shared-config";
+
+/// A rollout of `hub_namespace` on `SHARED/target` with `data` (a YAML flow mapping) and
+/// its stages.
+fn shared_rollout(
+    hub_namespace: &str,
+    name: &str,
+    target: &str,
+    data: &str,
+    stages: &str,
+) -> String {
+    format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {hub_namespace}}}\nspec:\n  target: {{namespace: {SHARED}, name: {target}}}\n  data: {data}\n  stages:\n{stages}"
+    )
+}
+
+/// Canary region-1, then the others.
+const FROM_REGION_1: &str = "    - {name: first, regions: {names: [region-1]}}\n    - {name: rest, regions: {names: [region-2, region-3]}, maxParallel: 2}\n";
+/// Canary region-3, then the others.
+const FROM_REGION_3: &str = "    - {name: first, regions: {names: [region-3]}}\n    - {name: rest, regions: {names: [region-1, region-2]}, maxParallel: 2}\n";
+
+impl Tenancy {
+    async fn shared_data(&self, region: &str, target: &str) -> Option<BTreeMap<String, String>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.world.region(region), SHARED);
+        within("read a shared target", api.get_opt(target))
+            .await
+            .map(|config_map| config_map.data.unwrap_or_default())
+    }
+
+    /// The writers whose entries the companion of `SHARED/target` in `region` holds.
+    async fn writers_in(&self, region: &str, target: &str) -> BTreeSet<String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.world.region(region), SHARED);
+        let companion = within(
+            "read the companion",
+            api.get_opt(&format!(
+                "{target}{}",
+                configrollout::regions::materialize::COMPANION_SUFFIX
+            )),
+        )
+        .await;
+        let Some(state) = companion
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("state").cloned())
+        else {
+            return BTreeSet::new();
+        };
+        let replica = configrollout::crdt::decode(&state).expect("the companion decodes");
+        replica
+            .iter()
+            .map(|(_, entry)| entry.stamp.writer.to_string())
+            .collect()
+    }
+
+    fn team_rollouts(&self) -> Api<ConfigRollout> {
+        Api::namespaced(self.world.hub.clone(), "team")
+    }
+}
+
+/// Two teams granted one region namespace declare the same key of one ConfigMap, with
+/// stages in opposite orders, at the same moment. The hub decides one owner: it
+/// completes everywhere, the other is Refused everywhere, naming the key, and writes
+/// nothing in any region; every region holds the same data. Once the owner is deleted
+/// the other takes the key over on its own and completes.
+async fn two_teams_on_one_key_converge_on_its_owner(t: &Tenancy) {
+    let a = shared_rollout(
+        TENANT,
+        "payments-a",
+        "payments",
+        "{y: \"from-a\", a_only: \"1\"}",
+        FROM_REGION_1,
+    );
+    let b = shared_rollout(
+        "team",
+        "payments-b",
+        "payments",
+        "{y: \"from-b\", b_only: \"1\"}",
+        FROM_REGION_3,
+    );
+    let b: ConfigRollout = serde_yaml::from_str(&b).expect("rollout YAML");
+    let team = t.team_rollouts();
+    let params = PostParams::default();
+    let (created_a, created_b) = tokio::join!(t.create(&a), team.create(&params, &b));
+    created_a.expect("team-a's rollout is admitted");
+    created_b.expect("team's rollout is admitted");
+    let decided = eventually("one owner is decided", PROGRESS, || async {
+        let a = within("read a", t.admin_rollouts().get("payments-a")).await;
+        let b = within("read b", t.team_rollouts().get("payments-b")).await;
+        match (phase_of(&a).as_deref(), phase_of(&b).as_deref()) {
+            (Some("Complete"), Some("Refused")) => Some(("payments-a", "payments-b", a, b)),
+            (Some("Refused"), Some("Complete")) => Some(("payments-b", "payments-a", b, a)),
+            _ => None,
+        }
+    })
+    .await;
+    let (owner, refused, _, refused_rollout) = decided;
+    let invalid = refused_rollout
+        .status
+        .as_ref()
+        .and_then(|status| status.true_condition("InvalidSpec"))
+        .expect("the refusal says why");
+    assert_eq!(invalid.reason, "TargetRefused", "{}", invalid.message);
+    assert!(
+        invalid.message.contains("key y is owned by"),
+        "{}",
+        invalid.message
+    );
+    // The owner is in another namespace: not named to the refused rollout's readers.
+    assert!(!invalid.message.contains(owner), "{}", invalid.message);
+    let owner_writer = if owner == "payments-a" {
+        "rollout:team-a/payments-a"
+    } else {
+        "rollout:team/payments-b"
+    };
+    let expected = if owner == "payments-a" {
+        data(&[("y", "from-a"), ("a_only", "1")])
+    } else {
+        data(&[("y", "from-b"), ("b_only", "1")])
+    };
+    for region in REGIONS {
+        assert_eq!(
+            t.shared_data(region, "payments").await,
+            Some(expected.clone()),
+            "{region}"
+        );
+        assert_eq!(
+            t.writers_in(region, "payments").await,
+            BTreeSet::from([owner_writer.to_owned()]),
+            "{region}: the refused rollout wrote nothing"
+        );
+    }
+    let claims: Api<configrollout::api::TargetClaim> = Api::all(t.world.hub.clone());
+    let claim = within("read the claim", claims.get(&format!("{SHARED}.payments"))).await;
+    let y = claim
+        .spec
+        .keys
+        .iter()
+        .find(|entry| entry.key == "y")
+        .expect("y is claimed");
+    assert_eq!(y.claimants.first().map(|c| c.name.as_str()), Some(owner));
+    assert_eq!(y.claimants.get(1).map(|c| c.name.as_str()), Some(refused));
+
+    // The owner goes: the next in line takes the key over by itself.
+    match owner {
+        "payments-a" => {
+            within(
+                "delete a",
+                t.admin_rollouts().delete("payments-a", &Default::default()),
+            )
+            .await
+        }
+        _ => {
+            within(
+                "delete b",
+                t.team_rollouts().delete("payments-b", &Default::default()),
+            )
+            .await
+        }
+    };
+    eventually("the next in line completes", PROGRESS, || async {
+        let api = if refused == "payments-a" {
+            t.admin_rollouts()
+        } else {
+            t.team_rollouts()
+        };
+        let rollout = within("read", api.get(refused)).await;
+        (phase_of(&rollout).as_deref() == Some("Complete")).then_some(())
+    })
+    .await;
+    let y_now = if refused == "payments-a" {
+        "from-a"
+    } else {
+        "from-b"
+    };
+    for region in REGIONS {
+        let data = t.shared_data(region, "payments").await.expect("target");
+        assert_eq!(data.get("y").map(String::as_str), Some(y_now), "{region}");
+    }
+}
+
+/// A target named like another target's companion is refused at apply; an object planted
+/// in a region under the companion name of a target is never read as its state: the
+/// rollout is refused there, naming it, and nothing is written.
+async fn a_companion_name_cannot_be_squatted(t: &Tenancy) {
+    let squat = shared_rollout(
+        TENANT,
+        "squatter",
+        "payments.configrollout-state",
+        "{k: v}",
+        FROM_REGION_1,
+    );
+    let error = t
+        .create(&squat)
+        .await
+        .expect_err("a reserved name is refused");
+    assert!(
+        error
+            .to_string()
+            .contains("must not end with .configrollout-state"),
+        "{error}"
+    );
+
+    let planted = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("orders.configrollout-state".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(data(&[("state", "{\"v\":1,\"made\":\"up\"}")])),
+        ..ConfigMap::default()
+    };
+    within(
+        "plant an object under a companion's name",
+        Api::<ConfigMap>::namespaced(t.world.region("region-1"), SHARED)
+            .create(&PostParams::default(), &planted),
+    )
+    .await;
+    t.create(&shared_rollout(
+        TENANT,
+        "orders",
+        "orders",
+        "{k: v}",
+        FROM_REGION_1,
+    ))
+    .await
+    .expect("admitted");
+    let (reason, message) = t.condition("orders", "InvalidSpec").await;
+    assert_eq!(reason, "TargetRefused", "{message}");
+    assert!(
+        message.contains("orders.configrollout-state") && message.contains("region-1"),
+        "{message}"
+    );
+    for region in REGIONS {
+        assert_eq!(t.shared_data(region, "orders").await, None, "{region}");
+    }
+}
+
+/// An emergency override of the owner's key makes no one else its owner: a rollout of
+/// another team declaring it is refused, and the override stands.
+async fn an_override_transfers_no_ownership(t: &Tenancy) {
+    t.create(&shared_rollout(
+        TENANT,
+        "rates-a",
+        "rates",
+        "{rate: \"10\"}",
+        FROM_REGION_1,
+    ))
+    .await
+    .expect("admitted");
+    t.condition("rates-a", "Complete").await;
+    let key = {
+        let secrets: Api<Secret> = Api::namespaced(t.world.hub.clone(), SYSTEM_NAMESPACE);
+        let secret = within(
+            "read the digest key",
+            secrets.get("configrollout-digest-key"),
+        )
+        .await;
+        configrollout::crdt::DigestKey::new(&secret.data.expect("key data")["key"].0).expect("key")
+    };
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("fits");
+    let stamp = configrollout::crdt::Stamp::new(
+        now_ms,
+        0,
+        configrollout::crdt::WriterId::override_by("oncall").expect("writer"),
+    );
+    let changes = BTreeMap::from([("rate".to_owned(), Some("99".to_owned()))]);
+    within(
+        "override rate in region-1",
+        configrollout::regions::overrides::write_override(
+            &t.world.region("region-1"),
+            &key,
+            SHARED,
+            "rates",
+            stamp,
+            &changes,
+        ),
+    )
+    .await;
+    let b: ConfigRollout = serde_yaml::from_str(&shared_rollout(
+        "team",
+        "rates-b",
+        "rates",
+        "{rate: \"1\"}",
+        FROM_REGION_1,
+    ))
+    .expect("YAML");
+    within(
+        "create rates-b",
+        t.team_rollouts().create(&PostParams::default(), &b),
+    )
+    .await;
+    eventually("rates-b is refused", PROGRESS, || async {
+        let rollout = within("read", t.team_rollouts().get("rates-b")).await;
+        (phase_of(&rollout).as_deref() == Some("Refused")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        t.shared_data("region-1", "rates")
+            .await
+            .and_then(|d| d.get("rate").cloned())
+            .as_deref(),
+        Some("99")
+    );
+    for region in ["region-2", "region-3"] {
+        assert_eq!(
+            t.shared_data(region, "rates")
+                .await
+                .and_then(|d| d.get("rate").cloned())
+                .as_deref(),
+            Some("10"),
+            "{region}"
+        );
+    }
+    let rollout = within("read rates-a", t.admin_rollouts().get("rates-a")).await;
+    let region_1 = region_status(&rollout, "region-1").expect("region-1");
+    assert_eq!(region_1.overridden_keys, ["rate"]);
+}
+
+/// A consumer selector matches only what reads the target: a Deployment the selector
+/// matches that mounts nothing of the target is never restarted, and status names it.
+async fn only_workloads_that_read_the_target_are_restarted(t: &Tenancy) {
+    let deployment = |name: &str, mounts: bool| -> k8s_openapi::api::apps::v1::Deployment {
+        let volumes = if mounts {
+            serde_json::json!([{"name": "config", "configMap": {"name": "svc-config"}}])
+        } else {
+            serde_json::json!([])
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"app": "svc"}},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"name": name}},
+                "template": {
+                    "metadata": {"labels": {"name": name, "app": "svc"}},
+                    "spec": {"containers": [{"name": "app", "image": "app"}], "volumes": volumes},
+                },
+            },
+        }))
+        .expect("deployment")
+    };
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(t.world.region("region-1"), SHARED);
+    for (name, mounts) in [("reader", true), ("bystander", false)] {
+        within(
+            "create a deployment",
+            deployments.create(&PostParams::default(), &deployment(name, mounts)),
+        )
+        .await;
+    }
+    let everything = shared_rollout(
+        TENANT,
+        "svc-nope",
+        "svc-config",
+        "{k: v}",
+        "    - {name: first, regions: {names: [region-1]}}\n",
+    )
+    .replace(
+        "  stages:",
+        "  consumers:\n    - {kind: Deployment, selector: {matchExpressions: [{key: nope, operator: DoesNotExist}]}}\n  stages:",
+    );
+    let error = t.create(&everything).await.expect_err("refused");
+    assert!(
+        error.to_string().contains("must name a label it requires"),
+        "{error}"
+    );
+
+    let selected = shared_rollout(
+        TENANT,
+        "svc",
+        "svc-config",
+        "{k: v}",
+        "    - {name: first, regions: {names: [region-1]}}\n",
+    )
+    .replace(
+        "  stages:",
+        "  consumers:\n    - {kind: Deployment, selector: {matchLabels: {app: svc}}}\n  stages:",
+    );
+    t.create(&selected).await.expect("admitted");
+    eventually("the reader is restarted", PROGRESS, || async {
+        let reader = within("read reader", deployments.get("reader")).await;
+        let marker = reader
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .get(configrollout::regions::consumers::RESTARTED_FOR_ANNOTATION)
+            .cloned();
+        marker.map(|_| ())
+    })
+    .await;
+    let rollout = eventually("status names the bystander", PROGRESS, || async {
+        let rollout = within("read svc", t.admin_rollouts().get("svc")).await;
+        let region = region_status(&rollout, "region-1")?;
+        (region.ignored_workloads == ["bystander"]).then_some(rollout)
+    })
+    .await;
+    assert!(rollout.status.is_some());
+    let bystander = within("read bystander", deployments.get("bystander")).await;
+    let annotations = bystander
+        .spec
+        .and_then(|spec| spec.template.metadata)
+        .and_then(|meta| meta.annotations)
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key(configrollout::regions::consumers::RESTARTED_FOR_ANNOTATION),
+        "the bystander was restarted: {annotations:?}"
+    );
+}
+
+/// Two teams granted one region namespace: one owner per key, decided in the hub;
+/// reserved companion names; consumers only what reads the target.
+async fn teams_share_a_region_namespace(t: &Tenancy) {
+    t.world
+        .lab
+        .annotate_namespace(
+            HUB,
+            TENANT,
+            &[
+                (ALLOWED_TARGET_NAMESPACES, SHARED),
+                (ALLOWED_REGIONS, "region-1, region-2, region-3"),
+            ],
+        )
+        .await
+        .expect("grant team-a the shared namespace");
+    t.world
+        .lab
+        .annotate_namespace(HUB, "team", &[(ALLOWED_TARGET_NAMESPACES, SHARED)])
+        .await
+        .expect("grant team the shared namespace");
+    for region in REGIONS {
+        t.world
+            .lab
+            .create_namespace(region, SHARED)
+            .await
+            .expect("namespace");
+    }
+    // The admission policy reads the grant too: wait until it lets team-a in.
+    eventually("the policy sees the grant", PROGRESS, || async {
+        t.try_create(&shared_rollout(
+            TENANT,
+            "probe",
+            "probe",
+            "{k: v}",
+            FROM_REGION_1,
+        ))
+        .await
+        .ok()
+    })
+    .await;
+    two_teams_on_one_key_converge_on_its_owner(t).await;
+    a_companion_name_cannot_be_squatted(t).await;
+    an_override_transfers_no_ownership(t).await;
+    only_workloads_that_read_the_target_are_restarted(t).await;
+}
+
 /// Targets of the other team's rollouts (hub namespace `team`, granted `app`), which the
 /// controller keeps serving while tenant-a's specs try to stop it.
 const OTHER_TEAM_TARGETS: [&str; 3] = [
@@ -797,5 +1260,6 @@ async fn tenants_stay_inside_their_grant() {
     the_admission_policy_refuses_escapes(&t).await;
     a_grant_opens_exactly_what_it_names(&t).await;
     assert_nothing_written_outside_the_grant(&t);
+    teams_share_a_region_namespace(&t).await;
     controller.stop();
 }
