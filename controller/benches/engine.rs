@@ -72,6 +72,7 @@ fn observations(
                 drifted_keys: Vec::new(),
                 overridden_keys: Vec::new(),
                 future_stamped_keys: 0,
+                tampered: false,
                 tombstones: 0,
             })
             .collect(),

@@ -92,6 +92,7 @@ fn run(collect: bool) -> Run {
             *companion = Some(CompanionView {
                 state: Some(planned.encoded_state),
                 digest: Some(planned.digest),
+                mac: None,
             });
         }
         run.state_tombstones.push(revision.state.tombstones());

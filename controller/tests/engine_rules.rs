@@ -747,6 +747,37 @@ fn halted_at_the_deadline(stage: serde_json::Value, deadline_s: i64) -> String {
 }
 
 #[test]
+fn a_tampered_region_halts_the_rollout_at_once_naming_it() {
+    let mut world = World::new(spec(three_stages()), &ALL);
+    world.region("w2").tampered = true;
+    // Not at a deadline: as soon as the controller reads the tampered state, though w2's
+    // stage has not started.
+    world.tick();
+    world.run(4, 1);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "TamperedState");
+    assert!(halted.message.contains("w2"), "{}", halted.message);
+    assert!(!halted.message.contains("w1"), "{}", halted.message);
+    let w2 = world
+        .status
+        .regions
+        .iter()
+        .find(|region| region.name == "w2")
+        .unwrap();
+    assert!(
+        w2.last_error
+            .as_deref()
+            .is_some_and(|error| error.starts_with("TamperedState")),
+        "{w2:?}"
+    );
+    assert!(
+        world.publishes().iter().all(|(region, ..)| region != "w2"),
+        "nothing is written to a tampered region"
+    );
+}
+
+#[test]
 fn without_a_deadline_a_region_that_never_answers_halts_the_stage_at_the_default() {
     let message = halted_at_the_deadline(json!({}), 600);
     assert!(message.contains("within 10m"), "{message}");

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec, StageState, conditions};
-use configrollout::crdt::{self, Delta, Entry, Stamp, WriterId};
-use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
+use configrollout::crdt::{DigestKey, Stamp, WriterId};
+use configrollout::regions::materialize::COMPANION_SUFFIX;
+use configrollout::regions::overrides::write_override;
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -52,6 +53,12 @@ fn staged(name: &str, pairs: &[(&str, &str)], extra: &str) -> String {
     format!(
         "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata:\n  name: {name}\n  namespace: {TEAM}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n  data:\n{data}{extra}  stages:\n    - {{name: canary, regions: {{names: [region-1]}}}}\n    - {{name: prod, regions: {{names: [region-2, region-3]}}, maxParallel: 2, approval: Required}}\n"
     )
+}
+
+/// A rollout whose only stage waits for approval: nothing is published before it, so an
+/// abort there halts (an abort after a stage published rolls that back instead).
+fn approval_first(name: &str, pairs: &[(&str, &str)]) -> String {
+    staged(name, pairs, "").replace("    - {name: canary, regions: {names: [region-1]}}\n", "")
 }
 
 fn client(world: &World, user: User) -> Client {
@@ -690,7 +697,9 @@ async fn an_approval_of_a_deleted_rollout_approves_nothing(world: &World) {
 /// current time, as the refusal says, it resumes.
 async fn a_retry_dated_ahead_is_refused(world: &World) {
     let name = "retry-ahead";
-    world.create_rollout(&staged(name, &[("k", "v")], "")).await;
+    world
+        .create_rollout(&approval_first(name, &[("k", "v")]))
+        .await;
     world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
     request(
         world,
@@ -746,7 +755,9 @@ async fn second_after(at: Timestamp) {
 /// stops the rollout once; a later retry, also so dated, resumes it.
 async fn a_request_dated_to_the_nanosecond_acts_once(world: &World) {
     let name = "fractional";
-    world.create_rollout(&staged(name, &[("k", "v")], "")).await;
+    world
+        .create_rollout(&approval_first(name, &[("k", "v")]))
+        .await;
     world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
     request(
         world,
@@ -773,8 +784,9 @@ async fn a_request_dated_to_the_nanosecond_acts_once(world: &World) {
     );
 }
 
-/// (e) An abort stops a progressing rollout and keeps it stopped, although a retry dated
-/// later than the abort (within the accepted skew) is pending beside it.
+/// (e) An abort stops a progressing rollout (rolling back its canary) and keeps it
+/// stopped, although a retry dated later than the abort (within the accepted skew) is
+/// pending beside it.
 async fn an_abort_outlasts_a_retry_dated_later(world: &World) {
     let name = "abort-wins";
     let counters = WriteCounter::start_in(world, &PROD, name).await;
@@ -803,12 +815,14 @@ async fn an_abort_outlasts_a_retry_dated_later(world: &World) {
         ],
     )
     .await;
-    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    // The canary was published, so the abort rolls it back; a retry resumes only a
+    // Halted rollout, never a rolled-back one.
+    let halted = world.wait_phase(name, "RolledBack", PROGRESS).await;
     assert_eq!(
         condition(&halted, "Halted").map(|c| c.reason).as_deref(),
         Some("Aborted")
     );
-    // Past the retry's date and a few reconciles more, it is still aborted.
+    // Past the retry's date and a few reconciles more, it is still rolled back.
     let until = retry_at
         .checked_add(SignedDuration::from_secs(10))
         .expect("time");
@@ -816,7 +830,7 @@ async fn an_abort_outlasts_a_retry_dated_later(world: &World) {
     holds("abort-wins stays aborted", period, || async {
         let rollout = world.rollout(name).await;
         let phase = phase_of(&rollout);
-        if phase.as_deref() != Some("Halted") {
+        if phase.as_deref() != Some("RolledBack") {
             return Err(format!("phase {phase:?}, conditions {:?}", rollout.status));
         }
         Ok(())
@@ -829,9 +843,10 @@ async fn an_abort_outlasts_a_retry_dated_later(world: &World) {
     assert_untouched(world, name, &counters).await;
 }
 
-/// (f) A region replica edited by hand to hold a stamp a year ahead for one of the
-/// rollout's keys would win every merge of that key: the rollout halts and says so,
-/// instead of reporting the old value as complete.
+/// (f) A regional override made from a laptop whose clock runs a year ahead holds a
+/// stamp that would win every merge of its key: the rollout halts and says so, instead of
+/// reporting the old value as complete. (The override is signed like any the plugin
+/// makes: a companion edited by hand is refused as tampered, `controller.rs`.)
 async fn a_stamp_from_the_future_halts_the_rollout(world: &World) {
     let name = "stamped";
     let yaml =
@@ -839,43 +854,24 @@ async fn a_stamp_from_the_future_halts_the_rollout(world: &World) {
     world.create_rollout(&yaml).await;
     world.wait_condition(name, "Complete", PROGRESS).await;
 
-    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
-    let companion_name = format!("{name}{COMPANION_SUFFIX}");
-    let mut companion = within("read the companion", maps.get(&companion_name)).await;
-    let text = companion
-        .data
-        .as_ref()
-        .and_then(|d| d.get(STATE_KEY))
-        .expect("replica in the companion")
-        .clone();
-    let mut replica = crdt::decode(&text).expect("a valid replica");
-    let value = replica
-        .get("limit")
-        .and_then(|entry| entry.value())
-        .expect("limit is live in region-2")
-        .to_owned();
+    let secrets: Api<Secret> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
+    let secret = within(
+        "read the digest key",
+        secrets.get("configrollout-digest-key"),
+    )
+    .await;
+    let key = DigestKey::new(&secret.data.expect("digest key data")["key"].0).expect("key");
     let now_ms = u64::try_from(Timestamp::now().as_millisecond()).expect("after 1970");
     let year_ahead = now_ms + 365 * 24 * 3600 * 1000;
-    let mut delta = Delta::new();
-    delta.insert(
-        "limit",
-        Entry::live(
-            value.as_str(),
-            Stamp::new(
-                year_ahead,
-                0,
-                WriterId::override_by("laptop").expect("writer"),
-            ),
-        ),
+    let stamp = Stamp::new(
+        year_ahead,
+        0,
+        WriterId::override_by("laptop").expect("writer"),
     );
-    assert!(!replica.apply(&delta).is_noop(), "the future stamp wins");
-    companion.data = Some(BTreeMap::from([(
-        STATE_KEY.to_owned(),
-        crdt::encode(&replica).expect("encode"),
-    )]));
+    let changes = BTreeMap::from([("limit".to_owned(), Some("laptop-7319".to_owned()))]);
     within(
-        "write the companion back by hand",
-        maps.replace(&companion_name, &PostParams::default(), &companion),
+        "override limit from a clock a year ahead",
+        write_override(&world.region("region-2"), &key, APP, name, stamp, &changes),
     )
     .await;
 
@@ -901,7 +897,7 @@ async fn a_stamp_from_the_future_halts_the_rollout(world: &World) {
     );
     assert!(!why.message.contains("region-3"), "{}", why.message);
     assert!(
-        !why.message.contains(&value),
+        !why.message.contains("laptop-7319"),
         "no value in the condition: {}",
         why.message
     );

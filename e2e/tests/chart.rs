@@ -276,7 +276,7 @@ fn promtool(args: &[&str], dir: &Path) -> String {
 fn promtool_checks_and_unit_tests_the_rules() {
     let dir = chart::observability_dir();
     let checked = promtool(&["check", "rules", "configrollout-rules.yaml"], &dir);
-    assert!(checked.contains("SUCCESS: 11 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
     let tested = promtool(
         &["test", "rules", "tests/configrollout-rules.test.yaml"],
         &dir,

@@ -594,8 +594,8 @@ spec:
         .and_then(|region| region.last_error.clone())
         .unwrap_or_default();
     assert!(
-        reported.contains("companion state does not decode"),
-        "region-2 reports its companion: {reported}"
+        reported.starts_with("TamperedState:") && reported.contains("fails its MAC"),
+        "region-2 reports its companion as edited outside configrollout: {reported}"
     );
     for region in ["region-1", "region-3"] {
         assert_eq!(

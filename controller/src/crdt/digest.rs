@@ -18,11 +18,16 @@ use sha2::Sha256;
 use super::{DigestError, Replica};
 
 const DOMAIN: &[u8] = b"configrollout.dev/live-state/v1\0";
+/// Domain of the MAC over a companion's whole encoded state.
+const STATE_DOMAIN: &[u8] = b"configrollout.dev/companion-state/v1\0";
 
-/// The secret keying revision digests (read from a Secret by the caller).
+/// The secret keying revision digests and the MACs of companion states (read from a
+/// Secret by the caller). It may carry the key it replaced (a rotation): states signed
+/// with that one still verify, and are signed with the new one at their next write.
 #[derive(Clone)]
 pub struct DigestKey {
     keyed: Hmac<Sha256>,
+    previous: Option<Hmac<Sha256>>,
 }
 
 impl DigestKey {
@@ -44,7 +49,26 @@ impl DigestKey {
                 min: Self::MIN_LEN,
             }
         })?;
-        Ok(Self { keyed })
+        Ok(Self {
+            keyed,
+            previous: None,
+        })
+    }
+
+    /// This key, still accepting MACs made with `previous` (the key it replaced).
+    pub fn with_previous(mut self, previous: &DigestKey) -> Self {
+        self.previous = Some(previous.keyed.clone());
+        self
+    }
+
+    /// A short, public identifier of the key (not of the previous one): the first 8 bytes
+    /// of its MAC of a fixed text, in hex. Replicas compare it to tell they hold the same
+    /// key without showing it.
+    pub fn id(&self) -> String {
+        let mut mac = self.keyed.clone();
+        mac.update(b"configrollout.dev/key-id/v1");
+        let bytes = mac.finalize().into_bytes();
+        hex::encode(bytes.get(..8).unwrap_or_default())
     }
 }
 
@@ -84,6 +108,50 @@ fn live_state_digest<'a>(
         mac.update(value.as_bytes());
     }
     hex::encode(mac.finalize().into_bytes())
+}
+
+/// The MAC of a companion's whole encoded state (entries, stamps, writers, frontiers and
+/// horizon, as the codec wrote them) for the target `namespace/name`: whoever may edit
+/// ConfigMaps in a region cannot forge a state the controller will read, nor move one
+/// from another target. Hex HMAC-SHA256.
+pub fn state_mac(key: &DigestKey, namespace: &str, name: &str, encoded_state: &str) -> String {
+    let mac = state_input(key.keyed.clone(), namespace, name, encoded_state);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Whether `mac` is the MAC of the state for the target, under the key or the one it
+/// replaced. Compared in constant time.
+pub fn state_mac_matches(
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+    encoded_state: &str,
+    mac: &str,
+) -> bool {
+    let Ok(expected) = hex::decode(mac) else {
+        return false;
+    };
+    std::iter::once(&key.keyed)
+        .chain(key.previous.as_ref())
+        .any(|keyed| {
+            state_input(keyed.clone(), namespace, name, encoded_state)
+                .verify_slice(&expected)
+                .is_ok()
+        })
+}
+
+fn state_input(
+    mut mac: Hmac<Sha256>,
+    namespace: &str,
+    name: &str,
+    encoded_state: &str,
+) -> Hmac<Sha256> {
+    mac.update(STATE_DOMAIN);
+    for part in [namespace, name, encoded_state] {
+        mac.update(&length_prefix(part.len()));
+        mac.update(part.as_bytes());
+    }
+    mac
 }
 
 fn length_prefix(len: usize) -> [u8; 8] {

@@ -55,6 +55,8 @@ pub(super) fn start_rollback(draft: &mut Draft<'_>, reason: &str, message: Strin
 
 /// Reason on the Halted condition when a region holds entries stamped far ahead.
 pub const REASON_FUTURE_STAMPS: &str = "FutureStamps";
+/// Reason of the halt when a selected region's companion state fails its MAC.
+pub const REASON_TAMPERED_STATE: &str = "TamperedState";
 
 /// Halts a running rollout when a selected region holds entries of its keys stamped
 /// further ahead than the clock's drift bound: those entries win every write until their
@@ -89,6 +91,43 @@ pub(super) fn halt_on_future_stamps(draft: &mut Draft<'_>) {
     draft.status.phase = Some(RolloutPhase::Halted);
     set_outcome(draft, Some(OUTCOME_HALTED));
     draft.halt = Some((REASON_FUTURE_STAMPS.to_owned(), message));
+}
+
+/// Halts a progressing rollout when a region its stages select holds a companion state
+/// that fails its MAC: someone who may edit ConfigMaps there changed the replica (or it
+/// was signed with a key the controller does not hold). The state is never read or
+/// written over, so the revision cannot be shown to have reached the region; waiting for
+/// the stage's deadline would only delay what a person must do (README, "A region's
+/// state fails its MAC").
+pub(super) fn halt_on_tampered_state(draft: &mut Draft<'_>) {
+    if !matches!(
+        draft.status.phase,
+        Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
+    ) {
+        return;
+    }
+    let selected: std::collections::HashSet<&str> =
+        draft.plan.all_regions().map(|(_, name)| name).collect();
+    let found: Vec<&str> = draft
+        .obs
+        .regions
+        .iter()
+        .filter(|region| region.tampered && selected.contains(region.name.as_str()))
+        .map(|region| region.name.as_str())
+        .collect();
+    if found.is_empty() {
+        return;
+    }
+    let message = format!(
+        "region(s) {} hold a companion state that fails its MAC: it was edited outside \
+         configrollout, so nothing of it is read or written over; repair it with `kubectl \
+         configrollout repair-state` (README, \"A region's state fails its MAC\") and retry",
+        found.join(", ")
+    );
+    draft.event(EventType::Warning, REASON_TAMPERED_STATE, message.clone());
+    draft.status.phase = Some(RolloutPhase::Halted);
+    set_outcome(draft, Some(OUTCOME_HALTED));
+    draft.halt = Some((REASON_TAMPERED_STATE.to_owned(), message));
 }
 
 /// The regions a rollback reverts, in the order it reverts them, each group a stage

@@ -210,6 +210,7 @@ impl<'a> Draft<'a> {
         }
         regions::sync(self);
         control::apply(self);
+        failure::halt_on_tampered_state(self);
         failure::halt_on_future_stamps(self);
         match self.status.phase {
             Some(RolloutPhase::Halted | RolloutPhase::RolledBack) => {}

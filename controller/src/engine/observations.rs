@@ -91,6 +91,10 @@ pub struct RegionObservation {
     /// Keys of the rollout whose entry in the region is stamped further ahead of the
     /// controller's clock than the drift bound: they would win every later write.
     pub future_stamped_keys: u32,
+    /// The region's companion state fails its MAC: edited outside configrollout. Nothing
+    /// of it is read or written over; the region is also unreachable, with the reason in
+    /// `last_error`.
+    pub tampered: bool,
     /// Tombstones in the region's replica of the target, any writer's (removed keys not
     /// collected there yet).
     pub tombstones: u32,

@@ -60,6 +60,11 @@ pub async fn observe(
             selected.insert(name.clone(), String::new());
         }
     }
+    // Need to know: a spec outside its grant reads no region at all (no read, no watch,
+    // no lookup), so its refusal reads the same whether the object it names exists or not.
+    if !fetched.grant.check(&rollout.spec).is_empty() {
+        selected.clear();
+    }
     let observed = futures::future::join_all(fetched.regions.iter().filter_map(|region| {
         let stage = selected.get(region.name_any().as_str())?;
         Some(read_region(ctx, rollout, region, stage, &reader, current))

@@ -14,6 +14,7 @@ use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
 use crate::regions::store::{self, Ownership, Snapshot};
+use crate::telemetry::metrics::StateRefusal;
 
 /// Who writes what in a region's target, beyond the evidence the engine reads.
 #[derive(Debug, Clone, Default)]
@@ -93,6 +94,33 @@ pub async fn read_region(
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
             findings.foreign_companion = inspection.ownership == Ownership::ForeignCompanion;
+            if findings.foreign_companion {
+                ctx.metrics.region_state_refused(StateRefusal::Foreign);
+            }
+            if inspection.ownership == Ownership::TamperedCompanion {
+                // Never read, never written: the region is reported, as one the rollout
+                // cannot use until a person repairs it (README, "A region's state fails
+                // its MAC"); its stage waits, and fails at its deadline.
+                let error = crate::regions::RegionError::TamperedCompanion {
+                    namespace: target.namespace.clone(),
+                    name: format!(
+                        "{}{}",
+                        target.name,
+                        crate::regions::materialize::COMPANION_SUFFIX
+                    ),
+                };
+                tracing::warn!(region = %observation.name, %error, "region state fails its MAC");
+                ctx.metrics.region_state_refused(StateRefusal::Tampered);
+                observation.reachable = false;
+                observation.tampered = true;
+                observation.last_error = Some(format!("TamperedState: {error}"));
+                return ObservedRegion {
+                    observation,
+                    findings,
+                    latest_stamp: None,
+                    read: None,
+                };
+            }
             let (latest, future) = stamps(&inspection.replica, reader, current);
             latest_stamp = latest;
             observation.future_stamped_keys = future;

@@ -34,6 +34,9 @@ pub const DIGEST_ANNOTATION: &str = "configrollout.dev/digest";
 pub const REVISION_ANNOTATION: &str = "configrollout.dev/revision";
 /// Annotation on the target: the rollout that manages it (`<namespace>/<name>`).
 pub const ROLLOUT_ANNOTATION: &str = "configrollout.dev/rollout";
+/// Annotation on the companion: the keyed MAC of its whole encoded state
+/// ([`crate::crdt::state_mac`]), checked on every read.
+pub const STATE_MAC_ANNOTATION: &str = "configrollout.dev/state-mac";
 /// Key of the companion's `data` holding the encoded replica.
 pub const STATE_KEY: &str = "state";
 /// Suffix of the companion ConfigMap's name (reserved: no target may end with it).
@@ -69,6 +72,8 @@ pub struct CompanionView {
     pub state: Option<String>,
     /// The digest annotation, when present.
     pub digest: Option<String>,
+    /// The state MAC annotation, when present.
+    pub mac: Option<String>,
 }
 
 /// How to merge: the delta, the policy for drifted keys, and the stamp under which `Adopt`
@@ -316,6 +321,7 @@ mod tests {
             CompanionView {
                 state: Some(plan.encoded_state.clone()),
                 digest: Some(plan.digest.clone()),
+                mac: None,
             },
         )
     }
@@ -493,6 +499,7 @@ mod tests {
         let companion = CompanionView {
             state: Some("{\"v\":1,\"entries\":[oops".into()),
             digest: None,
+            mac: None,
         };
         let err = plan(
             &key(),
@@ -669,6 +676,7 @@ mod tests {
         let companion = CompanionView {
             state: Some(crate::crdt::encode(&with_override).unwrap()),
             digest: Some(crate::crdt::revision_digest(&key(), &with_override)),
+            mac: None,
         };
         target.digest.clone_from(&companion.digest);
         let rebased = collecting(Some(&target), Some(&companion), &state, &through);

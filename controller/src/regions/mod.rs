@@ -123,6 +123,20 @@ pub enum RegionError {
         /// The companion's name.
         name: String,
     },
+    /// The companion's state does not carry the MAC of the controller's key: someone who
+    /// may edit ConfigMaps in the region changed it (or it was signed with a key the
+    /// controller does not hold). Never read, never merged from, never written over.
+    #[error(
+        "the state of {namespace}/{name} fails its MAC: it was edited outside configrollout \
+         (or signed with another digest key); it is not read, merged from or written over: \
+         see README, 'A region's state fails its MAC'"
+    )]
+    TamperedCompanion {
+        /// Namespace.
+        namespace: String,
+        /// The companion's name.
+        name: String,
+    },
     /// The write would land outside what the rollout's namespace was granted.
     #[error("writing {namespace} in region {region} is outside the rollout's grant: refused")]
     OutsideGrant {

@@ -80,6 +80,9 @@ pub struct NamespaceVersions {
     versions: Mutex<HashMap<String, ObjectVersion>>,
     /// Listed at least once, and no error since the last event.
     current: AtomicBool,
+    /// When a reconcile last asked for this namespace: its watch stops once no rollout
+    /// has for [`WATCH_IDLE`].
+    last_used: Mutex<Option<std::time::Instant>>,
 }
 
 impl NamespaceVersions {
@@ -90,6 +93,16 @@ impl NamespaceVersions {
             return None;
         }
         Some(lock(&self.versions).get(name).cloned())
+    }
+
+    /// Notes that a reconcile needs this namespace now.
+    fn touch(&self) {
+        *lock(&self.last_used) = Some(std::time::Instant::now());
+    }
+
+    /// Whether no reconcile asked for this namespace in [`WATCH_IDLE`].
+    fn is_idle(&self) -> bool {
+        lock(&self.last_used).is_none_or(|used| used.elapsed() >= WATCH_IDLE)
     }
 
     /// Listed at least once, and no error since the last event.
@@ -161,6 +174,22 @@ impl Drop for Watch {
     }
 }
 
+/// A namespace watch nobody asked for in this long stops by itself (the next reconcile
+/// that needs it starts it again and reads from the region meanwhile), so namespaces no
+/// rollout targets any more are not watched.
+const WATCH_IDLE: Duration = Duration::from_secs(15 * 60);
+/// How often a watch checks whether it is still needed.
+const WATCH_IDLE_CHECK: Duration = Duration::from_secs(60);
+/// Most namespaces watched per region at once; past it the least recently used stops.
+pub const MAX_WATCHED_NAMESPACES: usize = 64;
+/// Namespace watches open in every region, for `configrollout_region_watches`.
+static OPEN_WATCHES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// How many region namespace watches this process keeps open now.
+pub fn open_watches() -> i64 {
+    OPEN_WATCHES.load(Ordering::Relaxed)
+}
+
 impl RegionWatches {
     /// Watches of `region` through `client`, which must allow reads quiet for
     /// [`WATCH_READ_TIMEOUT`].
@@ -176,11 +205,25 @@ impl RegionWatches {
     /// some rollout targets are watched). Outside a Tokio runtime nothing is watched.
     pub fn namespace(&self, namespace: &str) -> Option<Arc<NamespaceVersions>> {
         let mut namespaces = lock(&self.namespaces);
+        // Watches that stopped for idleness are forgotten (and started again if needed).
+        namespaces.retain(|_, watch| !watch.task.is_finished());
         if let Some(watch) = namespaces.get(namespace) {
+            watch.versions.touch();
             return Some(watch.versions.clone());
+        }
+        while namespaces.len() >= MAX_WATCHED_NAMESPACES {
+            let Some(oldest) = namespaces
+                .iter()
+                .min_by_key(|(_, watch)| *lock(&watch.versions.last_used))
+                .map(|(name, _)| name.clone())
+            else {
+                break;
+            };
+            namespaces.remove(&oldest);
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let versions = Arc::new(NamespaceVersions::default());
+        versions.touch();
         let api: Api<PartialObjectMeta<ConfigMap>> =
             Api::namespaced(self.client.clone(), namespace);
         let task = runtime
@@ -209,12 +252,34 @@ async fn follow(
     namespace: String,
     versions: Arc<NamespaceVersions>,
 ) {
+    // Counted while the task lives: stopped for idleness or aborted, it is uncounted.
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            OPEN_WATCHES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    OPEN_WATCHES.fetch_add(1, Ordering::Relaxed);
+    let _counted = Counted;
     let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut listing: Option<HashMap<String, ObjectVersion>> = None;
     // Said once per outage: a watch the region's RBAC refuses fails on every retry.
     let mut failing = false;
-    while let Some(event) = events.next().await {
+    let mut idle_check = tokio::time::interval(WATCH_IDLE_CHECK);
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            _ = idle_check.tick() => {
+                if versions.is_idle() {
+                    tracing::debug!(%region, %namespace, "no rollout needs this namespace: its watch stops");
+                    versions.apply(WatchEvent::Failed);
+                    return;
+                }
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
         if event.is_ok() {
             failing = false;
         }

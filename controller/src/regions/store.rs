@@ -21,7 +21,7 @@ use kube::{Client, Resource, ResourceExt};
 use super::RegionError;
 use super::materialize::{
     self, Compaction, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
-    ROLLOUT_ANNOTATION, STATE_KEY, TargetView,
+    ROLLOUT_ANNOTATION, STATE_KEY, STATE_MAC_ANNOTATION, TargetView,
 };
 use super::object_cache::{Known, RegionObjects};
 use crate::api::DriftPolicy;
@@ -95,6 +95,11 @@ pub async fn materialize(
 ) -> Result<Materialized, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), target.namespace);
     let companion_name = materialize::companion_name(target.name)?;
+    let identity = Identity {
+        key,
+        namespace: target.namespace,
+        name: target.name,
+    };
     let mut writes = 0;
     let mut first_read = first_read.map(|snapshot| snapshot.0);
     for _ in 0..MAX_ATTEMPTS {
@@ -112,7 +117,7 @@ pub async fn materialize(
                 .await?
             }
         };
-        match current.ownership() {
+        match current.ownership(identity) {
             Ownership::Unmanaged if !target.adopt => {
                 return Err(RegionError::UnmanagedTarget {
                     namespace: target.namespace.to_owned(),
@@ -121,6 +126,12 @@ pub async fn materialize(
             }
             Ownership::ForeignCompanion => {
                 return Err(RegionError::ForeignCompanion {
+                    namespace: target.namespace.to_owned(),
+                    name: companion_name,
+                });
+            }
+            Ownership::TamperedCompanion => {
+                return Err(RegionError::TamperedCompanion {
                     namespace: target.namespace.to_owned(),
                     name: companion_name,
                 });
@@ -149,13 +160,23 @@ pub async fn materialize(
                 compaction: target.compaction,
             },
         )?;
-        match write_plan(&api, target, &companion_name, current, &plan, &mut writes).await {
+        match write_plan(
+            &api,
+            identity,
+            target,
+            &companion_name,
+            current,
+            &plan,
+            &mut writes,
+        )
+        .await
+        {
             Ok(stored) => {
                 if let Some(objects) = target.objects {
                     objects.saw(target.name, stored.target.as_ref());
                     objects.saw(&companion_name, stored.companion.as_ref());
                 }
-                let inspection = inspection_of(key, stored)?;
+                let inspection = inspection_of(identity, stored)?;
                 if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
                     return Err(RegionError::ReadBackMismatch);
                 }
@@ -228,6 +249,18 @@ pub enum Ownership {
     /// An object has the companion's reserved name but is not owned by the target (made
     /// by someone else, or there with no target at all): never read as state.
     ForeignCompanion,
+    /// The companion's state does not carry the MAC the controller's key gives it: edited
+    /// by someone else (or signed with a key the controller does not hold). Never read as
+    /// state, never merged from, none of its values written to the target.
+    TamperedCompanion,
+}
+
+/// Who the target is, for the MAC of its companion's state.
+#[derive(Debug, Clone, Copy)]
+struct Identity<'a> {
+    key: &'a DigestKey,
+    namespace: &'a str,
+    name: &'a str,
 }
 
 /// Reads the region's replica for the target `namespace/name`: the evidence of what it
@@ -242,15 +275,29 @@ pub async fn inspect(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
     let current = read_pair(&api, name, &companion_name, objects, ReadFrom::FromMemory).await?;
-    inspection_of(key, current)
+    inspection_of(
+        Identity {
+            key,
+            namespace,
+            name,
+        },
+        current,
+    )
 }
 
-/// What `current` holds: the replica, its digest, drift and overrides.
-fn inspection_of(key: &DigestKey, current: Pair) -> Result<Inspection, RegionError> {
+/// What `current` holds: the replica, its digest, drift and overrides. A companion that
+/// is not trusted (foreign or tampered) is read as no state at all, and said so.
+fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, RegionError> {
+    let key = identity.key;
+    let ownership = current.ownership(identity);
+    let trusted = !matches!(
+        ownership,
+        Ownership::ForeignCompanion | Ownership::TamperedCompanion
+    );
     let plan = materialize::plan(
         key,
         current.target_view.as_ref(),
-        current.state_view(),
+        current.companion_view.as_ref().filter(|_| trusted),
         MergeRequest {
             delta: &Delta::new(),
             drift_policy: &DriftPolicy::Report,
@@ -258,7 +305,6 @@ fn inspection_of(key: &DigestKey, current: Pair) -> Result<Inspection, RegionErr
             compaction: Compaction::default(),
         },
     )?;
-    let ownership = current.ownership();
     Ok(Inspection {
         replica: plan.replica,
         digest: plan.digest,
@@ -282,9 +328,12 @@ struct Pair {
 }
 
 impl Pair {
-    fn ownership(&self) -> Ownership {
+    fn ownership(&self, identity: Identity<'_>) -> Ownership {
         if self.companion_is_foreign() {
             return Ownership::ForeignCompanion;
+        }
+        if self.companion_is_tampered(identity) {
+            return Ownership::TamperedCompanion;
         }
         match (&self.target_view, &self.companion) {
             (None, _) => Ownership::Absent,
@@ -312,13 +361,18 @@ impl Pair {
         })
     }
 
-    /// The companion as state, unless it is foreign (then there is none to read).
-    fn state_view(&self) -> Option<&CompanionView> {
-        if self.companion_is_foreign() {
-            None
-        } else {
-            self.companion_view.as_ref()
-        }
+    /// Whether the companion's state lacks the MAC the key gives it for this target. An
+    /// empty companion (no state) has nothing to forge; any state must be signed.
+    fn companion_is_tampered(&self, identity: Identity<'_>) -> bool {
+        let Some(view) = &self.companion_view else {
+            return false;
+        };
+        let Some(state) = view.state.as_deref() else {
+            return false;
+        };
+        !view.mac.as_deref().is_some_and(|mac| {
+            crdt::state_mac_matches(identity.key, identity.namespace, identity.name, state, mac)
+        })
     }
 }
 
@@ -374,6 +428,7 @@ impl Pair {
         let companion_view = companion.as_ref().map(|cm| CompanionView {
             state: cm.data.as_ref().and_then(|d| d.get(STATE_KEY)).cloned(),
             digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
+            mac: cm.annotations().get(STATE_MAC_ANNOTATION).cloned(),
         });
         Pair {
             target,
@@ -391,6 +446,7 @@ impl Pair {
 /// managed one without state), then the companion owned by it, then the digest.
 async fn write_plan(
     api: &Api<ConfigMap>,
+    identity: Identity<'_>,
     target: &TargetObject<'_>,
     companion_name: &str,
     current: Pair,
@@ -453,6 +509,15 @@ async fn write_plan(
         companion
             .annotations_mut()
             .insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
+        companion.annotations_mut().insert(
+            STATE_MAC_ANNOTATION.to_owned(),
+            crdt::state_mac(
+                identity.key,
+                identity.namespace,
+                identity.name,
+                &plan.encoded_state,
+            ),
+        );
         companion.data = Some(BTreeMap::from([(
             STATE_KEY.to_owned(),
             plan.encoded_state.clone(),

@@ -173,6 +173,29 @@ impl LabelValue for ErrorCategory {
     }
 }
 
+/// Why a region's state (its companion ConfigMap) was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateRefusal {
+    /// Its state fails the MAC of the controller's key: edited outside configrollout.
+    Tampered,
+    /// An object under the companion's reserved name that the target does not own.
+    Foreign,
+}
+
+impl LabelValue for StateRefusal {
+    const LABEL: &'static str = "reason";
+    const ALL: &'static [Self] = &[StateRefusal::Tampered, StateRefusal::Foreign];
+    fn as_str(self) -> &'static str {
+        match self {
+            StateRefusal::Tampered => "tampered",
+            StateRefusal::Foreign => "foreign",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// What a write was about to change, for writes dropped because this replica did not hold
 /// the Lease at that moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -511,6 +534,10 @@ pub struct Metrics {
     /// Shards whose Lease this process holds (exposed only when sharded, see
     /// [`Metrics::with_shards`]).
     pub shards_held: Gauge,
+    /// Region ConfigMap watches this process keeps open (read at each scrape).
+    pub region_watches: Gauge,
+    /// Region states not read, by why (each time a reconcile finds one).
+    pub region_state_refused_total: CounterVec<StateRefusal>,
     registry: Registry,
     sources: Mutex<Sources>,
 }
@@ -552,6 +579,8 @@ impl Metrics {
         let rollouts = GaugeVec::default();
         let rollouts_drifted = Gauge::default();
         let regions = GaugeVec::default();
+        let region_watches = Gauge::default();
+        let region_state_refused_total = CounterVec::default();
 
         let mut registry = Registry::default();
         registry.register(
@@ -626,6 +655,22 @@ impl Metrics {
             ),
             regions.clone(),
         );
+        registry.register(
+            "configrollout_region_watches",
+            help(
+                "ConfigMap watches this process keeps open in regions (one per region and \
+                 namespace a rollout targets; stopped when unused, at most 64 per region).",
+            ),
+            region_watches.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_region_state_refused_total"),
+            help(
+                "Region states (companion ConfigMaps) not read, by reason: tampered (fails \
+                 its MAC) or foreign (an object under a reserved name).",
+            ),
+            region_state_refused_total.clone(),
+        );
         Metrics {
             reconcile_total,
             reconcile_errors_total,
@@ -640,6 +685,8 @@ impl Metrics {
             rollouts_drifted,
             regions,
             shards_held: Gauge::default(),
+            region_watches,
+            region_state_refused_total,
             registry,
             sources: Mutex::new(Sources::default()),
         }
@@ -743,6 +790,13 @@ impl Metrics {
         if let Some(shards) = &sources.shards {
             self.shards_held.set(i64::from(shards.held_count()));
         }
+        self.region_watches
+            .set(crate::regions::object_cache::open_watches());
+    }
+
+    /// Counts one region state not read, for `reason`.
+    pub fn region_state_refused(&self, reason: StateRefusal) {
+        self.region_state_refused_total.inc(reason);
     }
 
     /// The exposition in text format 0.0.4 (see [`CONTENT_TYPE`]).
@@ -794,6 +848,7 @@ mod tests {
         consistent::<ErrorCategory>();
         consistent::<RegionState>();
         consistent::<WriteKind>();
+        consistent::<StateRefusal>();
         assert_eq!(RolloutPhase::ALL.len(), 9);
     }
 
@@ -895,6 +950,12 @@ mod tests {
         ("configrollout_rollouts", "gauge", "phase"),
         ("configrollout_rollouts_drifted", "gauge", ""),
         ("configrollout_regions", "gauge", "state"),
+        ("configrollout_region_watches", "gauge", ""),
+        (
+            "configrollout_region_state_refused_total",
+            "counter",
+            "reason",
+        ),
     ];
 
     #[test]

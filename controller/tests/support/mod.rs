@@ -52,6 +52,9 @@ pub struct FakeRegion {
     pub consumer_state: Option<ConsumerObservation>,
     /// Keys of the rollout stamped far ahead in this region.
     pub future_stamped_keys: u32,
+    /// The region's companion state fails its MAC (read as unreachable, as the
+    /// controller reads it).
+    pub tampered: bool,
 }
 
 /// What a gate query returns in the fake world.
@@ -172,9 +175,15 @@ impl World {
                 .map(|(name, region)| RegionObservation {
                     name: name.clone(),
                     labels: region.labels.clone(),
-                    reachable: region.reachable,
-                    last_error: (!region.reachable).then(|| "connection refused".to_string()),
-                    applied: region.reachable.then(|| region.applied.clone()).flatten(),
+                    reachable: region.reachable && !region.tampered,
+                    last_error: if region.tampered {
+                        Some("TamperedState: the state fails its MAC".to_string())
+                    } else {
+                        (!region.reachable).then(|| "connection refused".to_string())
+                    },
+                    applied: (region.reachable && !region.tampered)
+                        .then(|| region.applied.clone())
+                        .flatten(),
                     // As the real evidence reads it: a readable region where none of the
                     // current revision's writes is in effect (never published, or
                     // reverted) has nothing left to roll back.
@@ -193,6 +202,7 @@ impl World {
                     },
                     overridden_keys: Vec::new(),
                     future_stamped_keys: region.future_stamped_keys,
+                    tampered: region.tampered,
                     tombstones: 0,
                 })
                 .collect(),
