@@ -310,7 +310,7 @@ fn dashboard_and_rules_name_controller_metrics() {
     assert!(expressions.len() >= 10, "{expressions:?}");
     let rules = std::fs::read_to_string(dir.join("configrollout-rules.yaml")).expect("rules");
     let rule_exprs = rule_expressions(&rules).expect("rule expressions");
-    assert_eq!(rule_exprs.len(), 11);
+    assert_eq!(rule_exprs.len(), 12);
     let source =
         std::fs::read_to_string(repository_root().join("controller/src/telemetry/metrics.rs"))
             .expect("metrics source");

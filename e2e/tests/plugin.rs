@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use configrollout::api::ConfigRollout;
+use configrollout::regions::materialize::{COMPANION_SUFFIX, DIGEST_ANNOTATION, STATE_KEY};
 use configrollout_e2e::{HUB, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -895,6 +896,105 @@ async fn diff_and_override(world: &World) {
     );
 }
 
+/// Issue 42's forgery: someone who may edit ConfigMaps in region-2 keeps an entry's stamp
+/// in the companion, makes its value larger (equal stamps are won by the larger value)
+/// and changes the digest annotation, so that the target would look like the
+/// controller's own interrupted write. The next revision halts at once naming region-2,
+/// and the forged value reaches no target; `repair-state` rebuilds the state from the
+/// hub's stable revision, and after `retry` every region holds the new revision.
+async fn a_forged_state_halts_and_repair_state_mends_it(world: &World) {
+    let name = "forged";
+    let yaml = format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {TEAM}}}\nspec:\n  target: {{namespace: {APP}, name: {name}}}\n  data: {{rate: \"100\"}}\n  stages:\n    - {{name: canary, regions: {{names: [region-1]}}}}\n    - {{name: prod, regions: {{names: [region-2, region-3]}}, maxParallel: 2}}\n"
+    );
+    world.create_rollout(&yaml).await;
+    wait_complete(world, name, "r1").await;
+
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
+    let companion = format!("{name}{COMPANION_SUFFIX}");
+    let read = within("read the companion", maps.get(&companion)).await;
+    let state = read
+        .data
+        .as_ref()
+        .and_then(|data| data.get(STATE_KEY))
+        .cloned()
+        .expect("the companion holds a state");
+    assert!(state.contains("[\"rate\",\"100\","), "{state}");
+    let forged = state.replace("[\"rate\",\"100\",", "[\"rate\",\"9999\",");
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {DIGEST_ANNOTATION: "forged"}},
+        "data": {STATE_KEY: forged},
+    });
+    within(
+        "forge the companion",
+        maps.patch(&companion, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+
+    change_data(world, name, serde_json::json!({"rate": "200"})).await;
+    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    let why = halted
+        .status
+        .as_ref()
+        .and_then(|status| status.condition("Halted"))
+        .cloned()
+        .expect("Halted condition");
+    assert_eq!(why.reason, "TamperedState", "{why:?}");
+    assert!(why.message.contains("region-2"), "{}", why.message);
+    assert!(!events(world, name, "TamperedState").await.is_empty());
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("rate", "100")])),
+            "{region}: nothing written, the forged value nowhere"
+        );
+    }
+
+    let region_kubeconfig = world
+        .lab
+        .kubeconfig("region-2", User::Admin)
+        .expect("region-2 kubeconfig");
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["repair-state", name, "region-2"],
+        &region_kubeconfig,
+        &[],
+        CALL * 3,
+    )
+    .await;
+    assert_eq!(code, Some(0), "repair-state: {stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "replaced the state of configmap {APP}/{name} in region region-2 as admin from r1"
+        )),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = text(&plugin(world, User::Admin, &["retry", name], CALL).await);
+    assert_eq!(code, Some(0), "retry: {stdout}{stderr}");
+    wait_complete(world, name, "r2").await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("rate", "200")])),
+            "{region} holds r2"
+        );
+    }
+    // The state is signed again: a second repair finds nothing to do.
+    let (code, stdout, stderr) = in_region(
+        world,
+        ["repair-state", name, "region-2"],
+        &region_kubeconfig,
+        &[],
+        CALL * 3,
+    )
+    .await;
+    assert_eq!(code, Some(0), "repair-state again: {stdout}{stderr}");
+    assert!(
+        stdout.contains("is intact: nothing was written"),
+        "{stdout}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_the_lab() {
     let world = World::start(LabOptions::default()).await;
@@ -903,5 +1003,6 @@ async fn the_plugin_on_the_lab() {
     pause_resume_and_abort(&world).await;
     a_query_typo_is_caught_before_any_region(&world).await;
     diff_and_override(&world).await;
+    a_forged_state_halts_and_repair_state_mends_it(&world).await;
     controller.stop();
 }

@@ -212,6 +212,40 @@ pub enum Command {
         )]
         digest_key_secret: String,
     },
+    /// Replace a region's companion state that configrollout no longer trusts (it fails
+    /// its MAC, or it is gone while the target says it is managed) with the rollout's
+    /// stable revision from the hub. Writes the companion only.
+    #[command(
+        name = "repair-state",
+        after_help = "Run it after you have looked at why the state changed: the rollout's Halted \
+                      condition (reason TamperedState) names the region. The target ConfigMap is \
+                      left as it is; the controller rewrites it from the repaired state at its \
+                      next write, so run `kubectl configrollout retry NAME` after the repair. \
+                      Overrides the old state held are not kept: make them again with \
+                      `kubectl configrollout override`. Needs the same access as override: the \
+                      rollout, its ControllerRevisions and the digest key Secret in the hub, and \
+                      ConfigMaps of the target's namespace in the region."
+    )]
+    RepairState {
+        /// The rollout whose target's state is repaired.
+        name: String,
+        /// The region to repair.
+        #[arg(long, value_name = "REGION")]
+        region: String,
+        /// Kubeconfig of the region's cluster, with your credentials there.
+        #[arg(long, value_name = "FILE")]
+        region_kubeconfig: PathBuf,
+        /// The context of --region-kubeconfig to use (default: its current context).
+        #[arg(long, value_name = "NAME")]
+        region_context: Option<String>,
+        /// The controller's digest key Secret in the hub, as NAMESPACE/NAME.
+        #[arg(
+            long,
+            default_value = "configrollout-system/configrollout-digest-key",
+            value_name = "NAMESPACE/NAME"
+        )]
+        digest_key_secret: String,
+    },
     /// A local web dashboard of the rollouts, live, with approve, abort, retry, pause and
     /// resume: it acts with your kubeconfig only, and listens on loopback by default.
     #[command(

@@ -105,6 +105,24 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
                 .diff(&name, from, to, show_values, region)
                 .await
         }
+        Command::RepairState {
+            name,
+            region,
+            region_kubeconfig,
+            region_context,
+            digest_key_secret,
+        } => {
+            hub()
+                .await?
+                .repair_state(
+                    &name,
+                    &region,
+                    &region_kubeconfig,
+                    region_context,
+                    &digest_key_secret,
+                )
+                .await
+        }
         Command::Override {
             name,
             region,
@@ -166,7 +184,7 @@ fn api_error(what: &str, error: kube::Error) -> CliError {
 }
 
 /// A client configuration from `kubeconfig` (or the usual places) and `context`.
-async fn load_config(
+pub(super) async fn load_config(
     kubeconfig: Option<&Path>,
     context: Option<String>,
 ) -> Result<Config, CliError> {
@@ -379,7 +397,50 @@ impl Hub {
     }
 
     /// The caller's user name, as the API server `client` reaches authenticates them.
-    async fn whoami_on(&self, client: &Client, server: &str) -> Result<String, CliError> {
+    /// The controller's digest key, read from its Secret `NAMESPACE/NAME` in the hub;
+    /// `why` says, when the caller may not read it, why the command needs it.
+    pub(super) async fn digest_key(
+        &self,
+        digest_key_secret: &str,
+        why: &str,
+    ) -> Result<DigestKey, CliError> {
+        let (secret_namespace, secret_name) =
+            digest_key_secret.split_once('/').ok_or_else(|| {
+                CliError::Message(format!(
+                    "--digest-key-secret {digest_key_secret:?} is not NAMESPACE/NAME"
+                ))
+            })?;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), secret_namespace);
+        let secret = match self
+            .call("reading the digest key Secret", secrets.get(secret_name))
+            .await
+        {
+            Err(CliError::Api { code: 403, .. }) => {
+                return Err(CliError::Message(format!(
+                    "you may not read the digest key Secret {digest_key_secret} in the hub: \
+                     {why}; nothing was written"
+                )));
+            }
+            other => other?,
+        };
+        secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get("key"))
+            .ok_or_else(|| {
+                CliError::Message(format!("Secret {digest_key_secret} has no field \"key\""))
+            })
+            .and_then(|bytes| {
+                DigestKey::new(&bytes.0)
+                    .map_err(|e| CliError::Message(format!("Secret {digest_key_secret}: {e}")))
+            })
+    }
+
+    pub(super) async fn whoami_on(
+        &self,
+        client: &Client,
+        server: &str,
+    ) -> Result<String, CliError> {
         let api: Api<SelfSubjectReview> = Api::all(client.clone());
         let review = SelfSubjectReview::default();
         let answer = self
@@ -574,36 +635,12 @@ impl Hub {
     ) -> Result<u8, CliError> {
         let rollout = self.rollout(name).await?;
         let target = rollout.spec.target.clone();
-        let (secret_namespace, secret_name) =
-            digest_key_secret.split_once('/').ok_or_else(|| {
-                CliError::Message(format!(
-                    "--digest-key-secret {digest_key_secret:?} is not NAMESPACE/NAME"
-                ))
-            })?;
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), secret_namespace);
-        let secret = match self
-            .call("reading the digest key Secret", secrets.get(secret_name))
-            .await
-        {
-            Err(CliError::Api { code: 403, .. }) => {
-                return Err(CliError::Message(format!(
-                    "you may not read the digest key Secret {digest_key_secret} in the hub: \
-                     an override must carry the controller's keyed digest; nothing was written"
-                )));
-            }
-            other => other?,
-        };
-        let key = secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get("key"))
-            .ok_or_else(|| {
-                CliError::Message(format!("Secret {digest_key_secret} has no field \"key\""))
-            })
-            .and_then(|bytes| {
-                DigestKey::new(&bytes.0)
-                    .map_err(|e| CliError::Message(format!("Secret {digest_key_secret}: {e}")))
-            })?;
+        let key = self
+            .digest_key(
+                digest_key_secret,
+                "an override must carry the controller's keyed digest",
+            )
+            .await?;
         let config = load_config(Some(region_kubeconfig), region_context).await?;
         let region_client =
             Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;

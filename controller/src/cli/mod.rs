@@ -9,6 +9,7 @@ mod args;
 mod commands;
 pub mod dashboard;
 pub mod render;
+mod repair;
 
 pub use args::{Cli, Command, GlobalArgs, OutputFormat};
 pub use render::{Outcome, Waiting, outcome, render_get, render_history, render_list, waiting_on};

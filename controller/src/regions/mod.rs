@@ -8,6 +8,7 @@ pub mod object_cache;
 pub mod overrides;
 pub mod prometheus_credentials;
 pub mod publication;
+pub mod repair;
 pub mod store;
 
 use crate::api_call::CallError;

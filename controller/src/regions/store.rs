@@ -257,10 +257,10 @@ pub enum Ownership {
 
 /// Who the target is, for the MAC of its companion's state.
 #[derive(Debug, Clone, Copy)]
-struct Identity<'a> {
-    key: &'a DigestKey,
-    namespace: &'a str,
-    name: &'a str,
+pub(super) struct Identity<'a> {
+    pub(super) key: &'a DigestKey,
+    pub(super) namespace: &'a str,
+    pub(super) name: &'a str,
 }
 
 /// Reads the region's replica for the target `namespace/name`: the evidence of what it
@@ -320,15 +320,15 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
 }
 
 #[derive(Debug, Clone, PartialEq)]
-struct Pair {
-    target: Option<ConfigMap>,
-    companion: Option<ConfigMap>,
+pub(super) struct Pair {
+    pub(super) target: Option<ConfigMap>,
+    pub(super) companion: Option<ConfigMap>,
     target_view: Option<TargetView>,
     companion_view: Option<CompanionView>,
 }
 
 impl Pair {
-    fn ownership(&self, identity: Identity<'_>) -> Ownership {
+    pub(super) fn ownership(&self, identity: Identity<'_>) -> Ownership {
         if self.companion_is_foreign() {
             return Ownership::ForeignCompanion;
         }
@@ -420,7 +420,7 @@ async fn read_one(
 }
 
 impl Pair {
-    fn of(target: Option<ConfigMap>, companion: Option<ConfigMap>) -> Pair {
+    pub(super) fn of(target: Option<ConfigMap>, companion: Option<ConfigMap>) -> Pair {
         let target_view = target.as_ref().map(|cm| TargetView {
             data: cm.data.clone().unwrap_or_default(),
             digest: cm.annotations().get(DIGEST_ANNOTATION).cloned(),
@@ -567,7 +567,7 @@ fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
     }
 }
 
-fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
+pub(super) fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: ConfigMap::api_version(&()).into_owned(),
         kind: ConfigMap::kind(&()).into_owned(),
@@ -579,7 +579,7 @@ fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
 }
 
 /// Runs one region API call with [`CALL_TIMEOUT`].
-async fn call<T>(
+pub(super) async fn call<T>(
     operation: &'static str,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<T, RegionError> {
