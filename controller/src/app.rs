@@ -649,6 +649,23 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
                 .ok_or_else(|| fail(format!("no key {DIGEST_KEY_FIELD:?}")))?;
             return DigestKey::new(&bytes.0).map_err(|e| fail(e.to_string()));
         }
+        // A new key verifies no region's companion state and changes every digest: only a
+        // hub with no revisions yet gets one.
+        if let Some(revisions) = existing_revisions(hub)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+        {
+            return Err(fail(format!(
+                "the Secret is missing while revisions exist (ControllerRevision {revisions}, \
+                 and maybe more): restore it from your backup of {namespace}/{name}. A new \
+                 key verifies no region's state: every region would read as tampered until \
+                 `kubectl configrollout repair-state` rebuilt it. To start over with a new key \
+                 knowingly, create it yourself: kubectl -n {namespace} create secret generic \
+                 {name} --from-file=key=<(head -c 32 /dev/urandom)",
+                namespace = options.namespace,
+                name = options.digest_key_secret,
+            )));
+        }
         let mut key = vec![0_u8; 32];
         getrandom::fill(&mut key).map_err(|e| fail(format!("no randomness from the OS: {e}")))?;
         let secret = Secret {
@@ -675,6 +692,23 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
         }
     }
     Err(fail("created but not readable".to_owned()))
+}
+
+/// One ControllerRevision of a rollout anywhere in the hub (`namespace/name`), if any:
+/// revisions made under a key the controller no longer has.
+async fn existing_revisions(hub: &Client) -> Result<Option<String>, HubError> {
+    let api: Api<ControllerRevision> = Api::all(hub.clone());
+    let params = ListParams::default()
+        .labels(reconcile::revision_store::ROLLOUT_LABEL)
+        .limit(1);
+    let list = reconcile::api_call("list revisions", api.list_metadata(&params)).await?;
+    Ok(list.items.first().map(|revision| {
+        format!(
+            "{}/{}",
+            revision.namespace().unwrap_or_default(),
+            revision.name_any()
+        )
+    }))
 }
 
 /// Waits to lead, runs the controller while leading, and stops it when leadership is

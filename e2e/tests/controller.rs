@@ -16,14 +16,17 @@ use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
 mod support;
+
+/// The controller's digest key Secret in the lab (the chart's and deploy/'s default).
+const DIGEST_KEY_SECRET: &str = "configrollout-digest-key";
 
 use support::*;
 
@@ -547,7 +550,7 @@ async fn drift_is_reverted_while_complete(world: &World) {
 /// left as it is (never overwritten blindly), and the next revision halts at once naming
 /// the region, before any region is written: a person must look (`repair-state`, which
 /// `plugin.rs` runs).
-async fn a_corrupted_companion_is_reported_and_the_other_regions_complete(world: &World) {
+async fn a_corrupted_companion_is_reported_and_halts_the_next_revision(world: &World) {
     let rollout = |rate: &str| {
         format!(
             r#"
@@ -1660,7 +1663,7 @@ async fn controller_on_the_lab() {
     a_collected_key_stays_deleted_when_a_stale_backup_is_restored(&world).await;
     a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
     drift_is_reverted_while_complete(&world).await;
-    a_corrupted_companion_is_reported_and_the_other_regions_complete(&world).await;
+    a_corrupted_companion_is_reported_and_halts_the_next_revision(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     an_oversized_revision_is_reported_and_touches_no_region(&world).await;
@@ -1682,5 +1685,74 @@ async fn controller_on_the_lab() {
     the_rollouts_gauge_counts_what_the_hub_holds_per_phase(&world, &metrics_url).await;
     the_drift_gauge_counts_the_rollouts_reporting_drift(&world, &metrics_url).await;
     no_value_leaves_the_regions(&world, &metrics_url).await;
+    a_lost_digest_key_stops_a_starting_controller_and_mints_none(&world, controller).await;
+}
+
+/// The digest key Secret deleted (a namespace recreated on reinstall, a hub restored
+/// without Secrets) while revisions exist: a starting controller refuses to mint a new
+/// key, which would verify no region's state, and exits saying what to restore; restored,
+/// the controller runs and declares nothing again.
+async fn a_lost_digest_key_stops_a_starting_controller_and_mints_none(
+    world: &World,
+    controller: LabChild,
+) {
+    controller.stop();
+    let secrets: Api<Secret> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
+    let kept = within("read the digest key", secrets.get(DIGEST_KEY_SECRET)).await;
+    let revisions: Api<ControllerRevision> = Api::all(world.hub.clone());
+    let count = || async {
+        within(
+            "list revisions",
+            revisions.list_metadata(&ListParams::default().labels(ROLLOUT_LABEL)),
+        )
+        .await
+        .items
+        .len()
+    };
+    let before = count().await;
+    assert!(before > 0, "the lab's rollouts declared revisions");
+    within(
+        "delete the digest key",
+        secrets.delete(DIGEST_KEY_SECRET, &DeleteParams::default()),
+    )
+    .await;
+    let mut keyless = world.start_controller("controller-keyless");
+    eventually("the keyless controller exits", PROGRESS, || {
+        let running = keyless.is_running();
+        async move { (!running).then_some(()) }
+    })
+    .await;
+    let log = keyless.log();
+    assert!(
+        log.contains("the Secret is missing while revisions exist")
+            && log.contains("restore it from your backup"),
+        "{log}"
+    );
+    assert!(
+        within("read the digest key", secrets.get_opt(DIGEST_KEY_SECRET))
+            .await
+            .is_none(),
+        "no key was minted"
+    );
+
+    let restored = Secret {
+        metadata: ObjectMeta {
+            name: Some(DIGEST_KEY_SECRET.to_owned()),
+            namespace: Some(SYSTEM_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: kept.data,
+        ..Secret::default()
+    };
+    within(
+        "restore the digest key",
+        secrets.create(&PostParams::default(), &restored),
+    )
+    .await;
+    let mut controller = world.start_controller("controller-restored");
+    // A few reconciles of every rollout: it keeps running and declares nothing.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(controller.is_running(), "{}", controller.log_tail(40));
+    assert_eq!(count().await, before, "no revision declared again");
     controller.stop();
 }

@@ -106,10 +106,18 @@ pub async fn observe(
     let observations = Observations {
         generation: rollout.metadata.generation.unwrap_or_default(),
         desired: DesiredRevision {
-            digest: if validated.spec_errors.is_empty() {
-                desired_digest(&ctx.digest_key, desired)
-            } else {
+            digest: if !validated.spec_errors.is_empty() {
                 String::new()
+            } else if let Some(recorded) = current
+                .filter(|revision| revision.declares(desired))
+                .and_then(|revision| recorded_digest(&status, &revision.name))
+            {
+                // The same content as the current revision is that revision, whatever
+                // digest the key gives it now (a restored or rotated key): declaring it
+                // again would re-run every stage, gate and approval.
+                recorded
+            } else {
+                desired_digest(&ctx.digest_key, desired)
             },
             keys_set: changes.map_or(u32::try_from(desired.len()).unwrap_or(u32::MAX), |c| c.set),
             keys_removed: changes.map_or(0, |c| c.removed),
@@ -247,6 +255,16 @@ async fn sample_gates(
         }
     }))
     .await
+}
+
+/// The digest `status.history` recorded for `revision`.
+fn recorded_digest(status: &crate::api::ConfigRolloutStatus, revision: &str) -> Option<String> {
+    status
+        .history
+        .iter()
+        .rev()
+        .find(|record| record.name == revision)
+        .and_then(|record| record.digest.clone())
 }
 
 #[cfg(test)]

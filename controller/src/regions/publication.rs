@@ -178,6 +178,18 @@ impl RevisionState {
             .any(|(_, entry)| entry.is_tombstone())
     }
 
+    /// Whether this revision's live key/values are exactly `desired`.
+    pub fn declares(&self, desired: &BTreeMap<String, String>) -> bool {
+        self.state.live_iter().count() == desired.len()
+            && self
+                .state
+                .live_iter()
+                .zip(desired)
+                .all(|((key, value), (want_key, want_value))| {
+                    key == want_key && value == want_value
+                })
+    }
+
     /// The desired key/values of this revision.
     pub fn desired(&self) -> BTreeMap<String, String> {
         owned_live(&self.state)
@@ -413,6 +425,26 @@ mod tests {
 
     fn desired_ref<'a>(pairs: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, &'a str> {
         pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_revision_declares_exactly_its_live_content() {
+        let r1 = first(&[("a", "1"), ("b", "2")]);
+        let want = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert!(r1.declares(&want(&[("a", "1"), ("b", "2")])));
+        assert!(!r1.declares(&want(&[("a", "1")])));
+        assert!(!r1.declares(&want(&[("a", "1"), ("b", "3")])));
+        assert!(!r1.declares(&want(&[("a", "1"), ("c", "2")])));
+        assert!(!r1.declares(&want(&[("a", "1"), ("b", "2"), ("c", "3")])));
+        // A removed key is a tombstone, not content.
+        let r2 = next("r2", &r1, Some(&r1), &[("a", "1")], 20);
+        assert!(r2.declares(&want(&[("a", "1")])));
+        assert!(!r2.declares(&want(&[("a", "1"), ("b", "2")])));
     }
 
     #[test]
