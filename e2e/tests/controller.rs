@@ -450,6 +450,125 @@ spec:
 /// The reconcile's own poll: a source edit picked up sooner was seen by the watch.
 const IDLE_POLL: Duration = Duration::from_secs(60);
 
+/// `binaryData` is never a silent deletion: a source whose key moved there (kubectl does
+/// that by itself for a non-UTF-8 file) is refused naming binaryData and touches no
+/// region; a target holding a declared key in binaryData is refused naming the key, and
+/// left as it is.
+async fn binary_data_is_refused_naming_the_key(world: &World) {
+    let sources: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
+    within(
+        "create the source",
+        sources.create(
+            &Default::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("binary-source".to_owned()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(data(&[("rate", "10")])),
+                ..Default::default()
+            },
+        ),
+    )
+    .await;
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: binary-sourced, namespace: team}
+spec:
+  target: {namespace: app, name: binary-sourced}
+  fromConfigMap: {name: binary-source}
+  stages:
+    - {name: all, regions: {names: [region-1]}}
+"#,
+        )
+        .await;
+    world
+        .wait_condition("binary-sourced", "Complete", PROGRESS)
+        .await;
+    // The key `rate` moves to binaryData, as kubectl puts a non-UTF-8 file.
+    let moved = serde_json::json!({
+        "data": {"rate": null},
+        "binaryData": {"rate": "AAEC"},
+    });
+    within(
+        "move the key to binaryData",
+        sources.patch(
+            "binary-source",
+            &PatchParams::default(),
+            &Patch::Merge(&moved),
+        ),
+    )
+    .await;
+    let refused = eventually("the source is refused", PROGRESS, || async {
+        let rollout = world.rollout("binary-sourced").await;
+        let condition = rollout.status.as_ref()?.condition("InvalidSpec")?.clone();
+        (condition.status == "True").then_some(condition)
+    })
+    .await;
+    assert!(
+        refused.message.contains("binaryData") && refused.message.contains("\"rate\""),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        world.target_data("region-1", "binary-sourced").await,
+        Some(data(&[("rate", "10")])),
+        "the key was not published as a deletion"
+    );
+
+    // A target whose declared key is in binaryData.
+    let targets: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: binary-target, namespace: team}
+spec:
+  target: {namespace: app, name: binary-target}
+  data: {rate: "10"}
+  stages:
+    - {name: all, regions: {names: [region-1]}}
+"#,
+        )
+        .await;
+    world
+        .wait_condition("binary-target", "Complete", PROGRESS)
+        .await;
+    within(
+        "move the target's key to binaryData",
+        targets.patch(
+            "binary-target",
+            &PatchParams::default(),
+            &Patch::Merge(&moved),
+        ),
+    )
+    .await;
+    change_data(
+        &world.rollouts(),
+        "binary-target",
+        serde_json::json!({"rate": "20"}),
+    )
+    .await;
+    let reported = eventually("region-1 reports the key", PROGRESS, || async {
+        let rollout = world.rollout("binary-target").await;
+        let error = region_status(&rollout, "region-1")?.last_error.clone()?;
+        error.contains("binaryData").then_some(error)
+    })
+    .await;
+    assert!(reported.contains("\"rate\""), "{reported}");
+    let target = within("read the target", targets.get("binary-target")).await;
+    assert!(
+        target
+            .binary_data
+            .is_some_and(|binary| binary.contains_key("rate")),
+        "the target is left as it is"
+    );
+}
+
 async fn a_from_config_map_edit_starts_a_revision_within_seconds(world: &World) {
     let sources: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
     let source = |value: &str| ConfigMap {
@@ -1662,6 +1781,7 @@ async fn controller_on_the_lab() {
     two_rollouts_on_one_target_converge(&world).await;
     a_collected_key_stays_deleted_when_a_stale_backup_is_restored(&world).await;
     a_from_config_map_edit_starts_a_revision_within_seconds(&world).await;
+    binary_data_is_refused_naming_the_key(&world).await;
     drift_is_reverted_while_complete(&world).await;
     a_corrupted_companion_is_reported_and_halts_the_next_revision(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;

@@ -440,8 +440,15 @@ async fn approve_with_the_plugin(world: &World) {
     assert_eq!(parsed.status, done.status);
 }
 
+/// On a rollout whose only stage awaits approval, so that nothing is published before
+/// the abort: it halts (an abort after a stage published rolls that back instead).
 async fn pause_resume_and_abort(world: &World) {
-    world.create_rollout(&rollout_yaml("steered")).await;
+    let approval_first = rollout_yaml("steered").replace(
+        "    - name: canary\n      regions: {names: [region-1]}\n",
+        "",
+    );
+    assert!(!approval_first.contains("canary"), "{approval_first}");
+    world.create_rollout(&approval_first).await;
     world
         .wait_phase("steered", "AwaitingApproval", PROGRESS)
         .await;
@@ -500,7 +507,7 @@ async fn pause_resume_and_abort(world: &World) {
     );
     assert_eq!(code, Some(1), "status on Halted: {stdout}{stderr}");
     assert!(stdout.contains("Halted: r1: Aborted"), "{stdout}");
-    for region in ["region-2", "region-3"] {
+    for region in ["region-1", "region-2", "region-3"] {
         assert_eq!(
             world.target_data(region, "steered").await,
             None,

@@ -79,12 +79,36 @@ async fn desired_data(
     let namespace = rollout.namespace().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(hub.clone(), &namespace);
     match api_call("read fromConfigMap", api.get_opt(&source.name)).await? {
-        Some(config_map) => Ok(Ok(config_map.data.unwrap_or_default())),
+        Some(config_map) => Ok(text_data(&namespace, &source.name, config_map)),
         None => Ok(Err(format!(
             "spec.fromConfigMap.name: ConfigMap {namespace}/{} does not exist",
             source.name
         ))),
     }
+}
+
+/// A source's `data`, or why it cannot be published: configrollout carries text only, and
+/// a key in `binaryData` (kubectl puts any non-UTF-8 file there by itself) would otherwise
+/// be published as a deletion of that key.
+fn text_data(
+    namespace: &str,
+    name: &str,
+    source: ConfigMap,
+) -> Result<BTreeMap<String, String>, String> {
+    let binary: Vec<&String> = source
+        .binary_data
+        .as_ref()
+        .map(|binary| binary.keys().collect())
+        .unwrap_or_default();
+    if let Some(first) = binary.first() {
+        return Err(format!(
+            "spec.fromConfigMap.name: ConfigMap {namespace}/{name} holds {} key(s) in \
+             binaryData (first: {first:?}): configrollout rolls out text (data) only; move \
+             them to data as UTF-8 or remove them. Nothing was published",
+            binary.len()
+        ));
+    }
+    Ok(source.data.unwrap_or_default())
 }
 
 /// The StageApprovals naming `rollout`.

@@ -138,6 +138,20 @@ pub enum RegionError {
         /// The companion's name.
         name: String,
     },
+    /// The target holds a key the delta writes in `binaryData`: the API server refuses a
+    /// key in both `data` and `binaryData`, so nothing is written until a person moves it.
+    #[error(
+        "ConfigMap {namespace}/{name} holds key {key:?} in binaryData, which configrollout \
+         writes as text (data): refused, nothing written; remove it from binaryData"
+    )]
+    BinaryDataKey {
+        /// Namespace of the target.
+        namespace: String,
+        /// Name of the target.
+        name: String,
+        /// The first such key.
+        key: String,
+    },
     /// The write would land outside what the rollout's namespace was granted.
     #[error("writing {namespace} in region {region} is outside the rollout's grant: refused")]
     OutsideGrant {

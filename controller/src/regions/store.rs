@@ -149,6 +149,13 @@ pub async fn materialize(
             None => Replica::new(),
         };
         let delta = delta_for(&replica)?;
+        if let Some(key) = binary_key(current.target.as_ref(), &delta) {
+            return Err(RegionError::BinaryDataKey {
+                namespace: target.namespace.to_owned(),
+                name: target.name.to_owned(),
+                key,
+            });
+        }
         let plan = materialize::plan(
             key,
             current.target_view.as_ref(),
@@ -200,6 +207,16 @@ pub async fn materialize(
     Err(RegionError::TooManyConflicts {
         attempts: MAX_ATTEMPTS,
     })
+}
+
+/// The first key `delta` writes that the target holds in `binaryData`.
+fn binary_key(target: Option<&ConfigMap>, delta: &Delta) -> Option<String> {
+    let binary = target?.binary_data.as_ref()?;
+    delta
+        .iter()
+        .map(|(key, _)| key)
+        .find(|key| binary.contains_key(*key))
+        .map(str::to_owned)
 }
 
 /// What to do with keys edited out of band, for [`materialize`].
@@ -294,10 +311,27 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
         ownership,
         Ownership::ForeignCompanion | Ownership::TamperedCompanion
     );
+    let target_digest = current
+        .target_view
+        .as_ref()
+        .and_then(|view| view.digest.clone());
+    if !trusted {
+        // No state at all: nothing of it is read, not even to find drift.
+        let replica = Replica::new();
+        return Ok(Inspection {
+            digest: crdt::revision_digest(key, &replica),
+            replica,
+            target_digest,
+            drifted_keys: Vec::new(),
+            overridden_keys: Vec::new(),
+            ownership,
+            read: Snapshot(current),
+        });
+    }
     let plan = materialize::plan(
         key,
         current.target_view.as_ref(),
-        current.companion_view.as_ref().filter(|_| trusted),
+        current.companion_view.as_ref(),
         MergeRequest {
             delta: &Delta::new(),
             drift_policy: &DriftPolicy::Report,
@@ -308,10 +342,7 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
     Ok(Inspection {
         replica: plan.replica,
         digest: plan.digest,
-        target_digest: current
-            .target_view
-            .as_ref()
-            .and_then(|view| view.digest.clone()),
+        target_digest,
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
         ownership,
