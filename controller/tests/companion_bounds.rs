@@ -74,6 +74,7 @@ fn run(collect: bool) -> Run {
                     through: collected_through.as_ref(),
                     rebase: Some(&writer),
                 },
+                owner: Some(&writer),
             };
             let planned = plan(&key, target.as_ref(), companion.as_ref(), request).unwrap();
             assert_eq!(

@@ -287,6 +287,7 @@ async fn merge(
     let drift = DriftHandling {
         policy: &input.rollout.spec.drift_policy,
         adopt_stamp: Some(&adopt_stamp),
+        owner: Some(input.writer),
     };
     let first_read = input.take_first_read(region_name);
     let result = store::materialize(

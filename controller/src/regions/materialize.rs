@@ -89,6 +89,10 @@ pub struct MergeRequest<'a> {
     /// Which tombstones to collect, and against what to rebase a replica that missed the
     /// collection.
     pub compaction: Compaction<'a>,
+    /// The writer whose keys the drift policy acts on: a key is its own when the delta
+    /// writes it or its winning entry is this writer's. Another rollout's key of a shared
+    /// target keeps its region value and is never adopted by this one. `None`: every key.
+    pub owner: Option<&'a WriterId>,
 }
 
 /// Tombstone collection on a write (see [`crate::crdt::compaction`]).
@@ -172,10 +176,26 @@ pub fn plan(
             .collect()
     };
 
-    if matches!(request.drift_policy, DriftPolicy::Adopt) && !drifted_keys.is_empty() {
+    // Drifted keys this merge's policy does not act on: another writer's.
+    let foreign_drift: Vec<String> = drifted_keys
+        .iter()
+        .filter(|key| {
+            request.owner.is_some_and(|owner| {
+                request.delta.get(key.as_str()).is_none()
+                    && replica
+                        .get(key.as_str())
+                        .is_none_or(|entry| &entry.stamp.writer != owner)
+            })
+        })
+        .cloned()
+        .collect();
+    if matches!(request.drift_policy, DriftPolicy::Adopt)
+        && drifted_keys.len() > foreign_drift.len()
+    {
         let stamp = request.adopt_stamp.ok_or(RegionError::AdoptNeedsStamp)?;
         let adopted: Delta = drifted_keys
             .iter()
+            .filter(|key| !foreign_drift.contains(key))
             .map(|key| {
                 let entry = match target.data.get(key) {
                     Some(value) => Entry::live(value.as_str(), stamp.clone()),
@@ -195,9 +215,10 @@ pub fn plan(
     let outcome = replica.apply(request.delta);
 
     let keep_region_value = |key: &str| {
-        matches!(request.drift_policy, DriftPolicy::Report)
-            && request.delta.get(key).is_none()
+        request.delta.get(key).is_none()
             && drifted_keys.iter().any(|drifted| drifted == key)
+            && (matches!(request.drift_policy, DriftPolicy::Report)
+                || foreign_drift.iter().any(|foreign| foreign == key))
     };
     let mut target_data = target.data.clone();
     for (key, entry) in replica.iter() {
@@ -301,6 +322,7 @@ mod tests {
             drift_policy: policy,
             adopt_stamp: None,
             compaction: Compaction::default(),
+            owner: None,
         }
     }
 
@@ -439,6 +461,7 @@ mod tests {
                 drift_policy: &DriftPolicy::Adopt,
                 adopt_stamp: Some(&adopt),
                 compaction: Compaction::default(),
+                owner: None,
             },
         )
         .unwrap();
@@ -472,6 +495,76 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, RegionError::AdoptNeedsStamp));
+    }
+
+    /// On a target two rollouts share, one's drift policy acts on its own keys only: the
+    /// other team's drifted key keeps its region value and is never adopted.
+    #[test]
+    fn a_rollouts_drift_policy_acts_on_its_own_keys_only() {
+        let mine = WriterId::parse("rollout:team/limits").unwrap();
+        let theirs = stamp(5, "rollout:other/flags");
+        let their_delta: Delta = [("flag", Entry::live("on", theirs))].into_iter().collect();
+        let my_delta = rollout_delta(10, &[("rate", Some("100"))]);
+        let first = plan(
+            &key(),
+            None,
+            None,
+            request(&their_delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        let (target, companion) = written(&first);
+        let second = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&my_delta, &DriftPolicy::Report),
+        )
+        .unwrap();
+        let (mut target, companion) = written(&second);
+        // Someone edits both keys in the region.
+        target.data = data(&[("rate", "1"), ("flag", "edited")]);
+        for policy in [DriftPolicy::Revert, DriftPolicy::Adopt] {
+            let adopt = stamp(20, "override:adopted");
+            let planned = plan(
+                &key(),
+                Some(&target),
+                Some(&companion),
+                MergeRequest {
+                    adopt_stamp: Some(&adopt),
+                    owner: Some(&mine),
+                    ..request(&Delta::new(), &policy)
+                },
+            )
+            .unwrap();
+            assert_eq!(
+                planned.target_data.get("flag").map(String::as_str),
+                Some("edited"),
+                "{policy:?}: the other rollout's key keeps its region value"
+            );
+            assert_eq!(
+                planned.replica.get("flag").and_then(Entry::value),
+                Some("on"),
+                "{policy:?}: the other rollout's key is not adopted"
+            );
+            assert_eq!(planned.drifted_keys, vec!["flag".to_owned()], "{policy:?}");
+            let (rate, expected_writer) = match policy {
+                DriftPolicy::Revert => ("100", "rollout:team/limits"),
+                _ => ("1", "override:adopted"),
+            };
+            assert_eq!(
+                planned.target_data.get("rate").map(String::as_str),
+                Some(rate),
+                "{policy:?} acts on the rollout's own key"
+            );
+            assert_eq!(
+                planned
+                    .replica
+                    .get("rate")
+                    .map(|entry| entry.stamp.writer.to_string()),
+                Some(expected_writer.to_owned()),
+                "{policy:?}"
+            );
+        }
     }
 
     #[test]

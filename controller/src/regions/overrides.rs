@@ -56,6 +56,7 @@ pub async fn write_override(
     let drift = DriftHandling {
         policy: &DriftPolicy::Report,
         adopt_stamp: None,
+        owner: None,
     };
     store::materialize(client, key, &target, drift, None, delta_for).await
 }

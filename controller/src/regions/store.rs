@@ -26,7 +26,7 @@ use super::materialize::{
 use super::object_cache::{Known, RegionObjects};
 use crate::api::DriftPolicy;
 use crate::api_call;
-use crate::crdt::{self, Delta, DigestKey, Replica, Stamp};
+use crate::crdt::{self, Delta, DigestKey, Replica, Stamp, WriterId};
 
 /// How long one API call may take before the region counts as unreachable for this pass.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,6 +165,7 @@ pub async fn materialize(
                 drift_policy: drift.policy,
                 adopt_stamp: drift.adopt_stamp,
                 compaction: target.compaction,
+                owner: drift.owner,
             },
         )?;
         match write_plan(
@@ -226,6 +227,9 @@ pub struct DriftHandling<'a> {
     pub policy: &'a DriftPolicy,
     /// Stamp of an `override:` writer for adopted edits; required by `Adopt`.
     pub adopt_stamp: Option<&'a Stamp>,
+    /// The rollout whose keys the policy acts on (another writer's drifted keys keep
+    /// their region value); `None` (a person's override): every key.
+    pub owner: Option<&'a WriterId>,
 }
 
 /// A region's state as read, without writing.
@@ -337,6 +341,7 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
             drift_policy: &DriftPolicy::Report,
             adopt_stamp: None,
             compaction: Compaction::default(),
+            owner: None,
         },
     )?;
     Ok(Inspection {
