@@ -220,6 +220,20 @@ fn stamps(
             latest = Some(&entry.stamp);
         }
     }
+    // A horizon ahead hides every absent key as one the region merged and outlived; a
+    // frontier ahead makes that writer's next stamp (an override's) win over every later
+    // revision. Either is as bad as an entry stamped ahead.
+    let ahead = |stamp: &Stamp| stamp.wall_ms > reader.stamp_bound_ms;
+    if replica.horizon().is_some_and(ahead) {
+        let hidden = reader
+            .declared
+            .keys()
+            .filter(|key| replica.get(key).is_none())
+            .count();
+        future = future.saturating_add(u32::try_from(hidden.max(1)).unwrap_or(u32::MAX));
+    } else if future == 0 && replica.frontiers().values().any(ahead) {
+        future = 1;
+    }
     (latest.cloned(), future)
 }
 
@@ -335,5 +349,56 @@ impl<'r> RegionPrometheus<'r> {
                 Some(Err(why)) => Access::Unusable(why),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crdt::{Delta, Entry, Replica, WriterId};
+
+    fn stamp(wall_ms: u64, writer: &str) -> Stamp {
+        Stamp::new(wall_ms, 0, WriterId::parse(writer).expect("writer"))
+    }
+
+    fn replica(entries: &[(&str, u64, &str)]) -> Replica {
+        let delta: Delta = entries
+            .iter()
+            .map(|(key, at, writer)| (*key, Entry::live("v", stamp(*at, writer))))
+            .collect();
+        let mut replica = Replica::new();
+        replica.apply(&delta);
+        replica
+    }
+
+    #[test]
+    fn entries_frontiers_and_horizons_ahead_of_the_bound_are_counted() {
+        let declared: BTreeMap<String, String> = [("a", "v"), ("b", "v")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let reader = Reader {
+            declared: &declared,
+            stamp_bound_ms: 1_000,
+        };
+        let fine = replica(&[("a", 10, "rollout:team/r")]);
+        assert_eq!(
+            stamps(&fine, &reader, None),
+            (Some(stamp(10, "rollout:team/r")), 0)
+        );
+
+        let entry_ahead = replica(&[("a", 5_000, "rollout:team/r")]);
+        assert_eq!(stamps(&entry_ahead, &reader, None).1, 1);
+
+        // Another writer's key, stamped ahead: not this rollout's key, but that writer's
+        // frontier is ahead.
+        let frontier_ahead = replica(&[("a", 10, "rollout:team/r"), ("x", 9_000, "override:bob")]);
+        assert_eq!(stamps(&frontier_ahead, &reader, None).1, 1);
+
+        // A horizon ahead hides both declared keys (neither is held).
+        let mut horizon_ahead = Replica::new();
+        crate::crdt::collect_tombstones(&mut horizon_ahead, &stamp(7_000, "rollout:team/r"));
+        assert!(horizon_ahead.horizon().is_some(), "the horizon was raised");
+        assert_eq!(stamps(&horizon_ahead, &reader, None).1, 2);
     }
 }
