@@ -87,10 +87,11 @@ async fn screenshot(browser: &Session, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
-/// A dashboard run as `user` beside the lab, and its URL.
+/// A dashboard run as `user` beside the lab: its URL, and the login URL it printed.
 struct Dashboard {
     child: LabChild,
     url: String,
+    login: String,
 }
 
 impl Dashboard {
@@ -105,7 +106,7 @@ impl Dashboard {
                 &[("KUBECONFIG".to_owned(), kubeconfig.into_os_string())],
             )
             .expect("the dashboard starts");
-        let url = eventually("the dashboard prints its URL", CALL, || async {
+        let login = eventually("the dashboard prints its URL", CALL, || async {
             let log = child.log();
             let start = log.find("http://")?;
             let url: String = log[start..]
@@ -115,7 +116,21 @@ impl Dashboard {
             Some(url)
         })
         .await;
-        Dashboard { child, url }
+        let url = login
+            .split_once('?')
+            .map(|(url, _)| url.to_owned())
+            .expect("the printed URL carries the login token");
+        Dashboard { child, url, login }
+    }
+
+    /// Logs `browser` in (the login URL sets the cookie), then opens `path`.
+    async fn open(&self, browser: &Session, path: &str) {
+        within("log in", browser.open(&self.login)).await;
+        within(
+            &format!("open {path}"),
+            browser.open(&format!("{}{path}", self.url)),
+        )
+        .await;
     }
 }
 
@@ -225,18 +240,67 @@ async fn the_dashboard_in_a_real_browser() {
     let alice = Dashboard::start(&world, User::ApproverAlice).await;
     let (driver_process, driver) = chromedriver(&world).await;
 
-    // The guard: a POST without the page's token, or naming another host, is refused
-    // before anything reaches the API server.
+    // The session: another local client without the cookie gets nothing, not even the
+    // page (which holds the action token); a wrong login token is refused; the printed
+    // login URL sets an HttpOnly, SameSite=Strict cookie and redirects to the page.
     let http = reqwest::Client::builder()
         .timeout(CALL)
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client");
+    let answer = within("a GET without the cookie", http.get(&alice.url).send()).await;
+    assert_eq!(answer.status(), 401, "no cookie, no page");
+    let body = within("read the refusal", answer.text()).await;
+    assert!(!body.contains("dashboard-token"), "{body}");
+    let answer = within(
+        "a wrong login token",
+        http.get(format!("{}?login=guess", alice.url)).send(),
+    )
+    .await;
+    assert_eq!(answer.status(), 403, "a guessed login token");
+    let answer = within("the printed login URL", http.get(&alice.login).send()).await;
+    assert_eq!(answer.status(), 303);
+    let set_cookie = answer
+        .headers()
+        .get("set-cookie")
+        .and_then(|value| value.to_str().ok())
+        .expect("the login sets a cookie")
+        .to_owned();
+    assert!(
+        set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"),
+        "{set_cookie}"
+    );
+    let cookie = set_cookie.split(';').next().expect("name=value").to_owned();
+    let page = within(
+        "a GET with the cookie",
+        http.get(&alice.url).header("Cookie", &cookie).send(),
+    )
+    .await;
+    assert_eq!(page.status(), 200);
+    let answer = within(
+        "alice's cookie on the viewer's dashboard",
+        http.get(&viewer.url).header("Cookie", &cookie).send(),
+    )
+    .await;
+    assert_eq!(
+        answer.status(),
+        401,
+        "one dashboard's cookie opens no other"
+    );
+
+    // The guard: a POST without the page's token, or naming another host, is refused
+    // before anything reaches the API server, even with the cookie.
     let action = format!("{}r/{TEAM}/{NAME}/pause", alice.url);
-    let answer = within("a POST without token", http.post(&action).send()).await;
+    let answer = within(
+        "a POST without token",
+        http.post(&action).header("Cookie", &cookie).send(),
+    )
+    .await;
     assert_eq!(answer.status(), 403, "no token, no action");
     let answer = within(
         "a POST from another site",
         http.post(&action)
+            .header("Cookie", &cookie)
             .header("Origin", "https://evil.example")
             .header("X-Dashboard-Token", "guess")
             .send(),
@@ -255,8 +319,8 @@ async fn the_dashboard_in_a_real_browser() {
 
     // The viewer's rollout page: the canary passed its gate, prod waits for approval.
     let viewing = browser(&world, &driver, "viewer").await;
-    let page = format!("{}r/{TEAM}/{NAME}", viewer.url);
-    within("open the rollout page", viewing.open(&page)).await;
+    let page = format!("r/{TEAM}/{NAME}");
+    viewer.open(&viewing, &page).await;
     let first_load = load_figures(&viewing).await;
     eprintln!("rollout page load (viewer): {first_load}");
     // Set once; a reload would lose it.
@@ -362,11 +426,7 @@ async fn the_dashboard_in_a_real_browser() {
 
     // approver-alice, in her own browser on her own dashboard, approves with a reason.
     let approving = browser(&world, &driver, "alice").await;
-    within(
-        "alice opens the rollout",
-        approving.open(&format!("{}r/{TEAM}/{NAME}", alice.url)),
-    )
-    .await;
+    alice.open(&approving, &format!("r/{TEAM}/{NAME}")).await;
     within(
         "alice gives a reason",
         approving.type_into("input[name=reason]", "canary is green in the dashboard"),
@@ -504,7 +564,7 @@ async fn the_dashboard_in_a_real_browser() {
     // the values shows none, nor anything else on the page.
     within(
         "ask for the values",
-        viewing.open(&format!("{page}?values=1")),
+        viewing.open(&format!("{}{page}?values=1", viewer.url)),
     )
     .await;
     let history = js(
@@ -526,8 +586,7 @@ async fn the_dashboard_in_a_real_browser() {
     // Whoever may read the stored revisions (the admin here) sees the key names, and the
     // values only when asking for them.
     let admin = Dashboard::start(&world, User::Admin).await;
-    let admin_page = format!("{}r/{TEAM}/{NAME}", admin.url);
-    within("the admin opens the rollout", viewing.open(&admin_page)).await;
+    admin.open(&viewing, &format!("r/{TEAM}/{NAME}")).await;
     let history = js(
         &viewing,
         "return document.querySelector('section.history').innerHTML;",
@@ -614,6 +673,7 @@ async fn a_thousand_rollouts_stay_responsive() {
     let (driver_process, driver) = chromedriver(&world).await;
     let browsing = browser(&world, &driver, "bench").await;
     let opened = Instant::now();
+    within("log in", browsing.open(&admin.login)).await;
     within("open the rollouts page", browsing.open(&admin.url)).await;
     let loaded = opened.elapsed();
     let rows = js(

@@ -47,7 +47,7 @@ pub fn random_token() -> Result<String, getrandom::Error> {
 }
 
 /// Compares in time independent of where the first difference is.
-fn same(left: &str, right: &str) -> bool {
+pub(super) fn same(left: &str, right: &str) -> bool {
     left.len() == right.len()
         && left
             .bytes()

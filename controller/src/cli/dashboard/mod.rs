@@ -22,6 +22,7 @@ pub mod list;
 mod reads;
 pub mod rollout;
 mod server;
+pub mod session;
 mod store;
 pub mod timeline;
 
@@ -73,6 +74,9 @@ pub(super) async fn run(
         .map_err(|e| CliError::Message(format!("listening on {address}:{port}: {e}")))?;
     let token = guard::random_token()
         .map_err(|e| CliError::Message(format!("drawing the dashboard's token: {e}")))?;
+    let session = session::Session::new(bound.port())
+        .map_err(|e| CliError::Message(format!("drawing the dashboard's login token: {e}")))?;
+    let login_query = session.login_query();
     let user = hub
         .whoami()
         .await
@@ -87,10 +91,12 @@ pub(super) async fn run(
         hub,
         store,
         guard: guard::Guard::new(bound, token),
+        session,
         scope: scope.clone(),
     });
     println!(
-        "kubectl configrollout dashboard: http://{bound}/ (as {user}, rollouts in {scope}; Ctrl-C stops it)"
+        "kubectl configrollout dashboard: http://{bound}/?{login_query} (as {user}, rollouts in {scope}; \
+         open this URL: it logs your browser in and is the only way in; Ctrl-C stops it)"
     );
     tokio::select! {
         () = server::serve(listener, dashboard) => {}

@@ -1,5 +1,6 @@
 //! The HTTP side: hyper serves, this file routes. Every request must name the dashboard
-//! in `Host`; a POST must also carry the page's token (see `guard`). Pages are rendered
+//! in `Host` and, but for the login URL and the static assets, hold the session cookie
+//! (see `session`); a POST must also carry the page's token (see `guard`). Pages are rendered
 //! from the watched rollouts; `/stream` and `/r/NS/NAME/stream` are server-sent event
 //! streams that send the page's live part again whenever the watch sees a change.
 
@@ -25,6 +26,7 @@ use super::history::history;
 use super::layout::{CSS, JS, page, problem};
 use super::list::rollouts_table;
 use super::rollout::rollout_live;
+use super::session::{Login, Session};
 use super::store::Store;
 use super::{actions, reads};
 use crate::api::ConfigRollout;
@@ -54,6 +56,8 @@ pub struct Dashboard {
     pub store: Arc<Store>,
     /// Host and token checks.
     pub guard: Guard,
+    /// The login token and the session cookie.
+    pub session: Session,
     /// Where the rollouts are listed, in words (`all namespaces`, `namespace team`).
     pub scope: String,
 }
@@ -213,6 +217,9 @@ async fn route(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respons
     }
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or_default().to_owned();
+    if let Some(refused) = session_refusal(&dashboard.session, &request, &path, &query) {
+        return refused;
+    }
     match (request.method().clone(), path.as_str()) {
         (Method::GET, "/") => {
             let view = list_view(&dashboard);
@@ -355,6 +362,54 @@ async fn route(dashboard: Arc<Dashboard>, request: Request<Incoming>) -> Respons
             "method not allowed\n".to_owned(),
         ),
     }
+}
+
+/// What to answer instead of serving the request, if anything: the login URL sets the
+/// cookie and redirects to the page without the token; anything else but the static
+/// assets needs the cookie.
+fn session_refusal(
+    session: &Session,
+    request: &Request<Incoming>,
+    path: &str,
+    query: &str,
+) -> Option<Response<Body>> {
+    match session.login(query) {
+        Login::Accepted if request.method() == Method::GET => {
+            let mut response = text(StatusCode::SEE_OTHER, "logged in\n".to_owned());
+            let headers = response.headers_mut();
+            if let Ok(location) = HeaderValue::from_str(path) {
+                headers.insert(header::LOCATION, location);
+            }
+            if let Ok(cookie) = HeaderValue::from_str(&session.set_cookie()) {
+                headers.insert(header::SET_COOKIE, cookie);
+            }
+            return Some(response);
+        }
+        Login::Accepted | Login::Refused => {
+            return Some(text(
+                StatusCode::FORBIDDEN,
+                "this login link is not this dashboard's: open the URL `kubectl configrollout \
+                 dashboard` printed when it started\n"
+                    .to_owned(),
+            ));
+        }
+        Login::NotAsked => {}
+    }
+    let cookies = request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok());
+    if path.starts_with("/assets/") || session.holds(cookies) {
+        return None;
+    }
+    Some(text(
+        StatusCode::UNAUTHORIZED,
+        "not logged in: open the URL `kubectl configrollout dashboard` printed when it \
+         started (it carries a login token); the dashboard acts as the person who started it \
+         and serves no one else\n"
+            .to_owned(),
+    ))
 }
 
 /// Serves until the process is interrupted.
