@@ -11,18 +11,21 @@ use kube::api::{Api, ListParams};
 use super::history::history_diffs;
 use super::timeline::EventLine;
 use crate::api::ConfigRollout;
+use crate::app::CONTROLLER_NAME;
 use crate::cli::commands::Hub;
 use crate::cli::render::KeyChange;
 
 /// Events recorded about the rollout, at most this many (the newest are kept).
 const MAX_EVENTS: usize = 200;
 
-/// The rollout's Events.
+/// The rollout's Events: this object's (by UID, so a deleted namesake's history is not
+/// shown as its own), as recorded by the configrollout controller.
 pub async fn events(hub: &Hub, rollout: &ConfigRollout) -> Result<Vec<EventLine>, String> {
     let namespace = rollout.namespace().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(hub.client.clone(), &namespace);
+    let uid = rollout.uid().unwrap_or_default();
     let params = ListParams::default().fields(&format!(
-        "involvedObject.kind=ConfigRollout,involvedObject.name={}",
+        "involvedObject.kind=ConfigRollout,involvedObject.name={},involvedObject.uid={uid}",
         rollout.name_any()
     ));
     let what = format!(
@@ -33,7 +36,12 @@ pub async fn events(hub: &Hub, rollout: &ConfigRollout) -> Result<Vec<EventLine>
         .call(&what, api.list(&params))
         .await
         .map_err(|error| error.to_string())?;
-    let mut lines: Vec<EventLine> = list.items.iter().map(EventLine::from_event).collect();
+    let mut lines: Vec<EventLine> = list
+        .items
+        .iter()
+        .filter(|event| event.reporting_component.as_deref() == Some(CONTROLLER_NAME))
+        .map(EventLine::from_event)
+        .collect();
     lines.sort_by(|a, b| b.at.cmp(&a.at));
     lines.truncate(MAX_EVENTS);
     Ok(lines)
