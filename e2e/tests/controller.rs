@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use configrollout::api::{ConfigRollout, Region};
 use configrollout::crdt::Replica;
+use configrollout::crdt::{DigestKey, Stamp, WriterId};
 use configrollout::reconcile::revision_store::ROLLOUT_LABEL;
-use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY};
+use configrollout::regions::materialize::{COMPANION_SUFFIX, STATE_KEY, STATE_MAC_ANNOTATION};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -19,6 +20,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -739,6 +741,80 @@ spec:
         world.target_data("region-2", "mended").await,
         Some(data(&[("rate", "1")])),
         "region-2 keeps what it had"
+    );
+}
+
+/// A companion whose horizon is far in the future, signed with the controller's key (a
+/// controller or a laptop with a clock a year ahead, or whoever holds the key): every
+/// absent key would read as merged and outlived, so the next revision's new key would be
+/// counted as held in region-3 without being there. The rollout halts naming region-3
+/// instead, and says Complete nowhere.
+async fn a_horizon_from_the_future_halts_instead_of_counting_keys_as_held(world: &World) {
+    let name = "horizon";
+    let rollout = |pairs: &str| {
+        format!(
+            "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: team}}\nspec:\n  target: {{namespace: app, name: {name}}}\n  data: {{{pairs}}}\n  stages:\n    - {{name: all, regions: {{names: [region-1, region-2, region-3]}}, maxParallel: 3}}\n"
+        )
+    };
+    world.create_rollout(&rollout("a: \"1\"")).await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+
+    let secrets: Api<Secret> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
+    let secret = within("read the digest key", secrets.get(DIGEST_KEY_SECRET)).await;
+    let key = DigestKey::new(&secret.data.expect("digest key data")["key"].0).expect("key");
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-3"), APP);
+    let companion = format!("{name}{COMPANION_SUFFIX}");
+    let read = within("read the companion", maps.get(&companion)).await;
+    let mut replica = configrollout::crdt::decode(&read.data.expect("data")[STATE_KEY])
+        .expect("the companion decodes");
+    let year_ahead = u64::try_from(Timestamp::now().as_millisecond()).expect("after 1970")
+        + 365 * 24 * 3600 * 1000;
+    let writer = WriterId::parse("rollout:team/horizon").expect("writer");
+    configrollout::crdt::collect_tombstones(&mut replica, &Stamp::new(year_ahead, 0, writer));
+    let state = configrollout::crdt::encode(&replica).expect("encode");
+    let mac = configrollout::crdt::state_mac(&key, APP, name, &state);
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {STATE_MAC_ANNOTATION: mac}},
+        "data": {STATE_KEY: state},
+    });
+    within(
+        "raise the horizon a year ahead",
+        maps.patch(&companion, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+
+    let declared = serde_json::json!({"spec": {"data": {"b": "2"}}});
+    within(
+        "declare r2 adding b",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&declared)),
+    )
+    .await;
+    let halted = eventually("horizon: r2 halted", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let r2 = rollout.status.as_ref()?.revision.as_deref() == Some("r2");
+        assert!(
+            !(r2 && condition_true(&rollout, "Complete")),
+            "reported r2 complete while region-3's horizon hides b: {:?}",
+            rollout.status
+        );
+        (r2 && phase_of(&rollout).as_deref() == Some("Halted")).then_some(rollout)
+    })
+    .await;
+    let why = halted
+        .status
+        .as_ref()
+        .and_then(|status| status.condition("Halted"))
+        .cloned()
+        .expect("Halted condition");
+    assert_eq!(why.reason, "FutureStamps", "{}", why.message);
+    assert!(why.message.contains("region-3"), "{}", why.message);
+    let region3 = region_status(&halted, "region-3").expect("region-3 in status");
+    assert_ne!(
+        region3.materialized.as_ref().map(|m| m.revision.as_str()),
+        Some("r2"),
+        "region-3 reported holding r2"
     );
 }
 
@@ -1784,6 +1860,7 @@ async fn controller_on_the_lab() {
     binary_data_is_refused_naming_the_key(&world).await;
     drift_is_reverted_while_complete(&world).await;
     a_corrupted_companion_is_reported_and_halts_the_next_revision(&world).await;
+    a_horizon_from_the_future_halts_instead_of_counting_keys_as_held(&world).await;
     a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(&world).await;
     a_spec_the_schema_refuses_never_exists(&world).await;
     an_oversized_revision_is_reported_and_touches_no_region(&world).await;
