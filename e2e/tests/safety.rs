@@ -860,7 +860,16 @@ fn consumer_deployment() -> Deployment {
             "selector": {"matchLabels": {"app": CONSUMER}},
             "template": {
                 "metadata": {"labels": {"app": CONSUMER}},
-                "spec": {"containers": [{"name": "api", "image": "registry.invalid/api:1"}]}
+                // It reads the targets of the rollouts that name it: a workload that
+                // does not read a rollout's target is never counted nor restarted.
+                "spec": {"containers": [{
+                    "name": "api",
+                    "image": "registry.invalid/api:1",
+                    "envFrom": [
+                        {"configMapRef": {"name": "consumed-reload", "optional": true}},
+                        {"configMapRef": {"name": "consumed-restart", "optional": true}}
+                    ]
+                }]}
             }
         }
     }))

@@ -513,9 +513,61 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "configroll
     for watch in watches {
         watch.abort();
     }
-    for (_, replica) in replicas {
-        replica.stop();
-    }
+    let (_, survivor) = replicas.pop_first().expect("one survivor");
+    a_single_mode_replica_and_a_sharded_one_never_lead_together(world, &survivor, &last).await;
+    survivor.stop();
+}
+
+/// A switch between modes (a Helm upgrade or rollback between one replica and shards)
+/// runs old and new pods side by side. Fewer shards wins: a single-mode replica started
+/// beside the sharded survivor claims the controller's Lease, the survivor hands every
+/// shard back, and only then does the single one lead; stopped, it releases the Lease
+/// and the survivor takes every shard again. A rollout created meanwhile completes.
+async fn a_single_mode_replica_and_a_sharded_one_never_lead_together(
+    world: &World,
+    survivor: &LabChild,
+    last: &BTreeSet<&str>,
+) {
+    let single = world.start_controller("single-mode");
+    eventually(
+        "the sharded survivor hands every shard back",
+        COMPLETE,
+        || async {
+            holders(&world.hub)
+                .await
+                .iter()
+                .all(Option::is_none)
+                .then_some(())
+        },
+    )
+    .await;
+    eventually("the single-mode replica leads", COMPLETE, || async {
+        single
+            .log()
+            .contains("leading: reconciling rollouts")
+            .then_some(())
+    })
+    .await;
+    let log = survivor.log();
+    assert!(
+        log.contains("a single-mode replica holds the controller's lease: released our shards"),
+        "{}",
+        survivor.log_tail(20)
+    );
+    // The single one waited for the shards: it says so, unless the survivor was quicker
+    // than its first claim.
+    let single_log = single.log();
+    let waited = single_log.contains("waiting for sharded replicas to release their shard leases");
+    eprintln!("single-mode replica waited for the shards: {waited}");
+    assert!(
+        holders(&world.hub).await.iter().all(Option::is_none),
+        "no shard taken while the single-mode replica holds the Lease"
+    );
+    world.create_rollout(&rollout_yaml("switched")).await;
+    world.wait_condition("switched", "Complete", COMPLETE).await;
+
+    single.stop();
+    shards_settle(&world.hub, last, &[4]).await;
 }
 
 #[test]

@@ -5,13 +5,15 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::lease::{LeaseAction, LeaseConfig, Sighting, Tenure, claim, decide, release};
+use super::modes::held_by_another;
+use super::shard::{GROUP_LABEL, ROLE_LABEL, ROLE_SHARD};
 use super::{LeaderError, LeaderState};
 
 /// The IO side: runs the election until shut down, then releases the Lease.
@@ -19,6 +21,8 @@ pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
     sighting: Option<Sighting>,
+    /// Sightings of the shard Leases of sharded replicas of the same controller.
+    shard_sightings: std::collections::BTreeMap<String, Sighting>,
     leading: watch::Sender<bool>,
     reachable: watch::Sender<bool>,
     valid_until: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
@@ -27,7 +31,14 @@ pub struct LeaderElector {
 /// What one attempt found.
 enum Attempt {
     Leading,
-    Standby { holder: String },
+    /// We hold the Lease, but sharded replicas still hold shard Leases (a switch between
+    /// modes): keep it, and lead once they are released or expire.
+    Claimed {
+        shards_held: usize,
+    },
+    Standby {
+        holder: String,
+    },
 }
 
 impl LeaderElector {
@@ -44,6 +55,7 @@ impl LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             sighting: None,
+            shard_sightings: std::collections::BTreeMap::new(),
             leading,
             reachable,
             valid_until: valid_until.clone(),
@@ -85,6 +97,16 @@ impl LeaderElector {
                     self.reachable.send_replace(true);
                     self.set_leading(true);
                     sent + config.renew_interval
+                }
+                Ok(Ok(Attempt::Claimed { shards_held })) => {
+                    tenure = Some(Tenure::renewed(sent));
+                    self.reachable.send_replace(true);
+                    self.set_leading(false);
+                    info!(
+                        shards_held,
+                        "holding the lease; waiting for sharded replicas to release their shard leases"
+                    );
+                    sent + config.retry_period.min(config.renew_interval)
                 }
                 Ok(Ok(Attempt::Standby { holder })) => {
                     tenure = None;
@@ -165,6 +187,10 @@ impl LeaderElector {
                     );
                 }
                 self.sighting = Some(Sighting::observe(None, &written, sent));
+                let shards_held = self.shards_held_by_others(sent).await?;
+                if shards_held > 0 {
+                    return Ok(Attempt::Claimed { shards_held });
+                }
                 Ok(Attempt::Leading)
             }
             // Someone else created or took it between our read and write. When we were
@@ -175,6 +201,39 @@ impl LeaderElector {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// How many shard Leases of this controller's sharded replicas are held by others
+    /// and not expired by our observation (see [`super::modes`]).
+    async fn shards_held_by_others(&mut self, now: Instant) -> Result<usize, LeaderError> {
+        let selector = format!(
+            "{GROUP_LABEL}={},{ROLE_LABEL}={ROLE_SHARD}",
+            self.config.name
+        );
+        let listed = call(
+            "list shard leases",
+            self.config.call_timeout,
+            self.api.list(&ListParams::default().labels(&selector)),
+        )
+        .await?;
+        let mut seen = std::collections::BTreeMap::new();
+        let mut held = 0;
+        for lease in &listed.items {
+            let Some(name) = lease.metadata.name.clone() else {
+                continue;
+            };
+            let sighting = Sighting::observe(self.shard_sightings.get(&name), lease, now);
+            let config = LeaseConfig {
+                name: name.clone(),
+                ..self.config.clone()
+            };
+            if held_by_another(Some(lease), Some(&sighting), &config, now) {
+                held += 1;
+            }
+            seen.insert(name, sighting);
+        }
+        self.shard_sightings = seen;
+        Ok(held)
     }
 
     /// Hands the Lease over if we hold it.

@@ -15,6 +15,7 @@
 
 pub mod elector;
 pub mod lease;
+pub mod modes;
 pub mod shard;
 pub mod shards;
 pub mod state;

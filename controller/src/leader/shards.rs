@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::elector::call;
 use super::lease::{LeaseAction, LeaseConfig, Sighting, Tenure, claim, decide, release};
+use super::modes::held_by_another;
 use super::shard::{
     GROUP_LABEL, MAX_SHARDS, ROLE_LABEL, ROLE_MEMBER, ROLE_SHARD, SHARDS_LABEL, member_lease_name,
     plan, shard_lease_name, shard_of,
@@ -389,10 +390,33 @@ impl ShardElector {
             .into_iter()
             .filter_map(|lease| Some((lease.metadata.name.clone()?, lease)))
             .collect();
-        self.sightings.retain(|name, _| by_name.contains_key(name));
+        let single_name = self.base.name.clone();
+        self.sightings
+            .retain(|name, _| by_name.contains_key(name) || *name == single_name);
         for (name, lease) in &by_name {
             let sighting = Sighting::observe(self.sightings.get(name), lease, sent);
             self.sightings.insert(name.clone(), sighting);
+        }
+        // A single-mode replica of the same controller holds its Lease (a switch between
+        // modes): it wins, so we hold no shard (see `super::modes`).
+        let single = call("read lease", timeout, self.api.get_opt(&single_name)).await?;
+        match &single {
+            Some(lease) => {
+                let sighting = Sighting::observe(self.sightings.get(&single_name), lease, sent);
+                self.sightings.insert(single_name.clone(), sighting);
+            }
+            None => {
+                self.sightings.remove(&single_name);
+            }
+        }
+        if held_by_another(
+            single.as_ref(),
+            self.sightings.get(&single_name),
+            &self.base,
+            sent,
+        ) {
+            self.yield_to_single().await;
+            return Ok(());
         }
 
         // Renewals first (the tenure's clock runs from `sent`), all at once, and only of
@@ -572,6 +596,33 @@ impl ShardElector {
             }
         }
         Ok(())
+    }
+
+    /// Stops writing every shard and releases their Leases, for a single-mode replica
+    /// that holds the controller's Lease.
+    async fn yield_to_single(&mut self) {
+        let held = self.held();
+        self.handovers.clear();
+        for shard in &held {
+            if let Some(slot) = self.slot_mut(*shard) {
+                slot.tenure = None;
+            }
+        }
+        self.publish();
+        if !held.is_empty() {
+            warn!(
+                shards = held.len(),
+                "a single-mode replica holds the controller's lease: released our shards"
+            );
+        } else {
+            debug!("a single-mode replica holds the controller's lease: taking no shard");
+        }
+        for shard in held {
+            let config = self.shard_config(shard);
+            if let Err(error) = self.release_one(&config).await {
+                warn!(shard, %error, "shard lease not released; it will expire");
+            }
+        }
     }
 
     /// Creates or renews our member Lease when due. Failures are logged: the round
