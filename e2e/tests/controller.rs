@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use configrollout::api::annotations::RETRY_ANNOTATION;
 use configrollout::api::{ConfigRollout, Region};
 use configrollout::crdt::Replica;
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
@@ -767,6 +768,7 @@ async fn a_horizon_from_the_future_halts_instead_of_counting_keys_as_held(world:
     let read = within("read the companion", maps.get(&companion)).await;
     let mut replica = configrollout::crdt::decode(&read.data.expect("data")[STATE_KEY])
         .expect("the companion decodes");
+    let held_before = replica.clone();
     let year_ahead = u64::try_from(Timestamp::now().as_millisecond()).expect("after 1970")
         + 365 * 24 * 3600 * 1000;
     let writer = WriterId::parse("rollout:team/horizon").expect("writer");
@@ -816,6 +818,50 @@ async fn a_horizon_from_the_future_halts_instead_of_counting_keys_as_held(world:
         Some("r2"),
         "region-3 reported holding r2"
     );
+
+    // A person rebuilds region-3's state (`repair-state --force`: its MAC is valid) from
+    // what it held before, and retries: every region gets b.
+    let repaired = configrollout::regions::repair::repair_state(
+        &world.region("region-3"),
+        &key,
+        APP,
+        name,
+        &held_before,
+        true,
+    )
+    .await
+    .expect("repair");
+    assert!(
+        matches!(
+            repaired,
+            configrollout::regions::repair::Repair::Replaced { existed: true, .. }
+        ),
+        "{repaired:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let retry = serde_json::json!({"metadata": {"annotations": {
+        RETRY_ANNOTATION: Timestamp::now().to_string(),
+    }}});
+    within(
+        "retry",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&retry)),
+    )
+    .await;
+    eventually("horizon: r2 complete", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let r2 = rollout.status.as_ref()?.revision.as_deref() == Some("r2");
+        (r2 && condition_true(&rollout, "Complete")).then_some(())
+    })
+    .await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("a", "1"), ("b", "2")])),
+            "{region}"
+        );
+    }
 }
 
 async fn a_spec_only_the_controller_can_judge_is_invalid_and_touches_nothing(world: &World) {

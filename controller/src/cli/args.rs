@@ -229,6 +229,11 @@ pub enum Command {
     RepairState {
         /// The rollout whose target's state is repaired.
         name: String,
+        /// Replace the state even though its MAC is valid: for a region whose state holds
+        /// entries, a horizon or a frontier stamped ahead (the rollout halted with
+        /// FutureStamps).
+        #[arg(long)]
+        force: bool,
         /// The region to repair.
         #[arg(long, value_name = "REGION")]
         region: String,

@@ -107,6 +107,7 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
         }
         Command::RepairState {
             name,
+            force,
             region,
             region_kubeconfig,
             region_context,
@@ -116,6 +117,7 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
                 .await?
                 .repair_state(
                     &name,
+                    force,
                     &region,
                     &region_kubeconfig,
                     region_context,
@@ -184,7 +186,7 @@ fn api_error(what: &str, error: kube::Error) -> CliError {
 }
 
 /// A client configuration from `kubeconfig` (or the usual places) and `context`.
-pub(super) async fn load_config(
+async fn load_config(
     kubeconfig: Option<&Path>,
     context: Option<String>,
 ) -> Result<Config, CliError> {
@@ -436,11 +438,21 @@ impl Hub {
             })
     }
 
-    pub(super) async fn whoami_on(
+    /// A client of `region` from the caller's region kubeconfig, and who the caller is
+    /// there.
+    pub(super) async fn region_client(
         &self,
-        client: &Client,
-        server: &str,
-    ) -> Result<String, CliError> {
+        region: &str,
+        region_kubeconfig: &Path,
+        region_context: Option<String>,
+    ) -> Result<(Client, String), CliError> {
+        let config = load_config(Some(region_kubeconfig), region_context).await?;
+        let client = Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
+        let user = self.whoami_on(&client, &format!("region {region}")).await?;
+        Ok((client, user))
+    }
+
+    async fn whoami_on(&self, client: &Client, server: &str) -> Result<String, CliError> {
         let api: Api<SelfSubjectReview> = Api::all(client.clone());
         let review = SelfSubjectReview::default();
         let answer = self
@@ -641,11 +653,8 @@ impl Hub {
                 "an override must carry the controller's keyed digest",
             )
             .await?;
-        let config = load_config(Some(region_kubeconfig), region_context).await?;
-        let region_client =
-            Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
-        let user = self
-            .whoami_on(&region_client, &format!("region {region}"))
+        let (region_client, user) = self
+            .region_client(region, region_kubeconfig, region_context)
             .await?;
         let writer = WriterId::override_by(&user).map_err(|e| {
             CliError::Message(format!("{user:?} cannot name an override writer: {e}"))

@@ -4,9 +4,7 @@
 
 use std::path::Path;
 
-use kube::Client;
-
-use super::commands::{Hub, load_config};
+use super::commands::Hub;
 use super::{CliError, EXIT_COMPLETE};
 use crate::crdt::Replica;
 use crate::regions::repair::{Repair, repair_state};
@@ -15,6 +13,7 @@ impl Hub {
     pub(super) async fn repair_state(
         &self,
         name: &str,
+        force: bool,
         region: &str,
         region_kubeconfig: &Path,
         region_context: Option<String>,
@@ -50,11 +49,8 @@ impl Hub {
             // region ran, and the next publish writes the whole revision.
             None => Replica::new(),
         };
-        let config = load_config(Some(region_kubeconfig), region_context).await?;
-        let region_client =
-            Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
-        let user = self
-            .whoami_on(&region_client, &format!("region {region}"))
+        let (region_client, user) = self
+            .region_client(region, region_kubeconfig, region_context)
             .await?;
         let repaired = repair_state(
             &region_client,
@@ -62,6 +58,7 @@ impl Hub {
             &target.namespace,
             &target.name,
             &rebuilt,
+            force,
         );
         let outcome = match tokio::time::timeout(self.timeout.saturating_mul(3), repaired).await {
             Err(_) => {
@@ -82,7 +79,9 @@ impl Hub {
             target.namespace, target.name
         );
         match outcome {
-            Repair::NotNeeded => println!("the state of {place} is intact: nothing was written"),
+            Repair::NotNeeded => println!(
+                "the state of {place} is intact: nothing was written (--force replaces it anyway)"
+            ),
             Repair::NoTarget => println!("{place} does not exist: nothing was written"),
             Repair::Replaced { digest, existed } => {
                 println!(

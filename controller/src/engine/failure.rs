@@ -63,34 +63,21 @@ pub const REASON_TAMPERED_STATE: &str = "TamperedState";
 /// time comes, so the revision could never really reach the region, and reporting it
 /// Complete would be a lie. Neither rollback nor retry helps; a person must look.
 pub(super) fn halt_on_future_stamps(draft: &mut Draft<'_>) {
-    if !matches!(
-        draft.status.phase,
-        Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
-    ) {
-        return;
-    }
-    let selected: std::collections::HashSet<&str> =
-        draft.plan.all_regions().map(|(_, name)| name).collect();
-    let found: Vec<String> = draft
-        .obs
-        .regions
-        .iter()
-        .filter(|region| region.future_stamped_keys > 0 && selected.contains(region.name.as_str()))
-        .map(|region| format!("{} ({} keys)", region.name, region.future_stamped_keys))
-        .collect();
+    let found = running_and_selected(draft, |region| {
+        (region.future_stamped_keys > 0)
+            .then(|| format!("{} ({} keys)", region.name, region.future_stamped_keys))
+    });
     if found.is_empty() {
         return;
     }
     let message = format!(
-        "region(s) {} hold entries of this rollout's keys stamped further ahead than the \
-         clock's drift bound: they would win every later write, so the revision cannot \
-         take effect there; a person must remove them (the companion ConfigMap) and retry",
+        "region(s) {} hold entries of this rollout's keys (or a horizon) stamped further \
+         ahead than the clock's drift bound: they would win every later write, so the \
+         revision cannot take effect there; a person must look, rebuild the region's state \
+         with `kubectl configrollout repair-state --force` and retry",
         found.join(", ")
     );
-    draft.event(EventType::Warning, REASON_FUTURE_STAMPS, message.clone());
-    draft.status.phase = Some(RolloutPhase::Halted);
-    set_outcome(draft, Some(OUTCOME_HALTED));
-    draft.halt = Some((REASON_FUTURE_STAMPS.to_owned(), message));
+    halt(draft, REASON_FUTURE_STAMPS, message);
 }
 
 /// Halts a progressing rollout when a region its stages select holds a companion state
@@ -100,21 +87,7 @@ pub(super) fn halt_on_future_stamps(draft: &mut Draft<'_>) {
 /// the stage's deadline would only delay what a person must do (README, "A region's
 /// state fails its MAC").
 pub(super) fn halt_on_tampered_state(draft: &mut Draft<'_>) {
-    if !matches!(
-        draft.status.phase,
-        Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
-    ) {
-        return;
-    }
-    let selected: std::collections::HashSet<&str> =
-        draft.plan.all_regions().map(|(_, name)| name).collect();
-    let found: Vec<&str> = draft
-        .obs
-        .regions
-        .iter()
-        .filter(|region| region.tampered && selected.contains(region.name.as_str()))
-        .map(|region| region.name.as_str())
-        .collect();
+    let found = running_and_selected(draft, |region| region.tampered.then(|| region.name.clone()));
     if found.is_empty() {
         return;
     }
@@ -124,10 +97,37 @@ pub(super) fn halt_on_tampered_state(draft: &mut Draft<'_>) {
          configrollout repair-state` (README, \"A region's state fails its MAC\") and retry",
         found.join(", ")
     );
-    draft.event(EventType::Warning, REASON_TAMPERED_STATE, message.clone());
+    halt(draft, REASON_TAMPERED_STATE, message);
+}
+
+/// What `describe` says of each region the stages select, while the rollout runs (nothing
+/// when it does not: a complete or halted rollout writes nothing to halt).
+fn running_and_selected(
+    draft: &Draft<'_>,
+    describe: impl Fn(&super::RegionObservation) -> Option<String>,
+) -> Vec<String> {
+    if !matches!(
+        draft.status.phase,
+        Some(RolloutPhase::Progressing | RolloutPhase::AwaitingApproval | RolloutPhase::Paused)
+    ) {
+        return Vec::new();
+    }
+    let selected: std::collections::HashSet<&str> =
+        draft.plan.all_regions().map(|(_, name)| name).collect();
+    draft
+        .obs
+        .regions
+        .iter()
+        .filter(|region| selected.contains(region.name.as_str()))
+        .filter_map(describe)
+        .collect()
+}
+
+fn halt(draft: &mut Draft<'_>, reason: &str, message: String) {
+    draft.event(EventType::Warning, reason, message.clone());
     draft.status.phase = Some(RolloutPhase::Halted);
     set_outcome(draft, Some(OUTCOME_HALTED));
-    draft.halt = Some((REASON_TAMPERED_STATE.to_owned(), message));
+    draft.halt = Some((reason.to_owned(), message));
 }
 
 /// The regions a rollback reverts, in the order it reverts them, each group a stage

@@ -42,7 +42,8 @@ pub enum Repair {
 }
 
 /// Replaces the untrusted companion of the target `namespace/name` with `rebuilt`, signed
-/// with `key`. Reads both objects from the region (never from memory); writes the
+/// with `key`; with `force`, also one that carries a valid MAC (a state holding entries,
+/// a horizon or a frontier stamped ahead of the drift bound: `FutureStamps`). Reads both objects from the region (never from memory); writes the
 /// companion only, conditionally on the version read, so a write in between fails with a
 /// conflict rather than being overwritten. An object under the companion's name that the
 /// target does not own is someone else's and is refused, as everywhere.
@@ -52,6 +53,7 @@ pub async fn repair_state(
     namespace: &str,
     name: &str,
     rebuilt: &Replica,
+    force: bool,
 ) -> Result<Repair, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
@@ -85,6 +87,7 @@ pub async fn repair_state(
         }
         Ownership::TamperedCompanion => {}
         _ if missing => {}
+        Ownership::Managed if force && pair.companion.is_some() => {}
         _ => return Ok(Repair::NotNeeded),
     }
     let encoded = crdt::encode(rebuilt).map_err(|source| RegionError::StateTooLarge {
