@@ -166,7 +166,14 @@ fn start_watches(world: &World, seen: &Arc<Mutex<Seen>>) -> Vec<tokio::task::Joi
                 let status = serde_json::to_value(&rollout.status).unwrap();
                 let mut seen = rollout_seen.lock().unwrap();
                 seen.last_version = seen.last_version.max(version_of(rollout));
-                if status.is_null() || seen.last_status.get(&name) == Some(&status) {
+                // The CRD's default status (set by the apiserver at creation, before any
+                // controller looked) is nobody's write.
+                let defaulted = rollout.status
+                    == Some(configrollout::api::ConfigRolloutStatus {
+                        observed_generation: Some(0),
+                        ..Default::default()
+                    });
+                if status.is_null() || defaulted || seen.last_status.get(&name) == Some(&status) {
                     return;
                 }
                 seen.last_status.insert(name.clone(), status);
