@@ -262,6 +262,14 @@ fn codec(c: &mut Criterion) {
     let text = encode(&replica).expect("fits");
     group.bench_function("encode/ours", |b| b.iter(|| encode(black_box(&replica))));
     group.bench_function("decode/ours", |b| b.iter(|| decode(black_box(&text))));
+    // Every read of a companion checks its MAC over the whole encoded state.
+    let key = configrollout::crdt::DigestKey::new(b"bench-key-0123456789abcdef").expect("key");
+    let mac = configrollout::crdt::state_mac(&key, "app", "limits", &text);
+    group.bench_function("state_mac_check/ours", |b| {
+        b.iter(|| {
+            configrollout::crdt::state_mac_matches(&key, "app", "limits", black_box(&text), &mac)
+        })
+    });
     let regs = registers(&replica);
     let json = serde_json::to_string(&regs).expect("serialises");
     group.bench_function("encode/crdts_serde_json", |b| {

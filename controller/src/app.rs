@@ -290,6 +290,20 @@ pub struct Options {
         default_missing_value = "true"
     )]
     pub allow_unsafe_kubeconfig: bool,
+    /// Trust region companion states that carry no MAC (written by a release before
+    /// MACs) and sign them as they are read: an upgrade aid, to run once (README, "A
+    /// region's state fails its MAC"). A state with a wrong MAC is refused regardless.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_ACCEPT_UNSIGNED_STATES",
+        hide_env_values = true,
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    pub accept_unsigned_states: bool,
     /// Require four-eyes approvals on every rollout, whatever its spec.fourEyes.
     #[arg(
         long,
@@ -376,7 +390,14 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut signals = Signals::install().map_err(|e| AppError::Startup(e.to_string()))?;
     let (hub, watch_hub) = hub_clients().await?;
-    let digest_key = ensure_digest_key(&hub, &options).await?;
+    let mut digest_key = ensure_digest_key(&hub, &options).await?;
+    if options.accept_unsigned_states {
+        tracing::warn!(
+            "--accept-unsigned-states: region states without a MAC are trusted and signed; \
+             turn it off once every region's state is signed"
+        );
+        digest_key = digest_key.accepting_unsigned_states();
+    }
 
     let stop_work = CancellationToken::new();
     let stop_election = CancellationToken::new();

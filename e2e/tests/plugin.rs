@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use configrollout::api::ConfigRollout;
-use configrollout::regions::materialize::{COMPANION_SUFFIX, DIGEST_ANNOTATION, STATE_KEY};
-use configrollout_e2e::{HUB, LabOptions, User};
+use configrollout::regions::materialize::{
+    COMPANION_SUFFIX, DIGEST_ANNOTATION, STATE_KEY, STATE_MAC_ANNOTATION,
+};
+use configrollout_e2e::{HUB, LabChild, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -1002,6 +1004,58 @@ async fn a_forged_state_halts_and_repair_state_mends_it(world: &World) {
     );
 }
 
+/// A state without a MAC (as a release before MACs wrote it) is refused like a forged
+/// one; a controller run with `--accept-unsigned-states`, the upgrade aid, trusts it,
+/// signs it, and the retried revision completes.
+async fn an_unsigned_state_is_refused_unless_the_upgrade_aid_signs_it(
+    world: &World,
+    controller: LabChild,
+) -> LabChild {
+    let name = "forged";
+    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-2"), APP);
+    let companion = format!("{name}{COMPANION_SUFFIX}");
+    let strip = serde_json::json!({"metadata": {"annotations": {STATE_MAC_ANNOTATION: null}}});
+    within(
+        "strip the MAC",
+        maps.patch(&companion, &PatchParams::default(), &Patch::Merge(&strip)),
+    )
+    .await;
+    change_data(world, name, serde_json::json!({"rate": "300"})).await;
+    let halted = world.wait_phase(name, "Halted", PROGRESS).await;
+    let reason = halted
+        .status
+        .as_ref()
+        .and_then(|status| status.condition("Halted"))
+        .map(|condition| condition.reason.clone());
+    assert_eq!(reason.as_deref(), Some("TamperedState"));
+
+    controller.stop();
+    let upgrading = world.start_controller_with(
+        "controller-upgrading",
+        "127.0.0.1:0",
+        &["--accept-unsigned-states"],
+    );
+    let signed = eventually("the state is signed", PROGRESS, || async {
+        let read = within("read the companion", maps.get(&companion)).await;
+        read.annotations()
+            .contains_key(STATE_MAC_ANNOTATION)
+            .then_some(())
+    });
+    signed.await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, stdout, stderr) = text(&plugin(world, User::Admin, &["retry", name], CALL).await);
+    assert_eq!(code, Some(0), "retry: {stdout}{stderr}");
+    wait_complete(world, name, "r3").await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("rate", "300")])),
+            "{region} holds r3"
+        );
+    }
+    upgrading
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_the_lab() {
     let world = World::start(LabOptions::default()).await;
@@ -1011,5 +1065,7 @@ async fn the_plugin_on_the_lab() {
     a_query_typo_is_caught_before_any_region(&world).await;
     diff_and_override(&world).await;
     a_forged_state_halts_and_repair_state_mends_it(&world).await;
+    let controller =
+        an_unsigned_state_is_refused_unless_the_upgrade_aid_signs_it(&world, controller).await;
     controller.stop();
 }

@@ -28,6 +28,7 @@ const STATE_DOMAIN: &[u8] = b"configrollout.dev/companion-state/v1\0";
 pub struct DigestKey {
     keyed: Hmac<Sha256>,
     previous: Option<Hmac<Sha256>>,
+    accept_unsigned: bool,
 }
 
 impl DigestKey {
@@ -52,6 +53,7 @@ impl DigestKey {
         Ok(Self {
             keyed,
             previous: None,
+            accept_unsigned: false,
         })
     }
 
@@ -59,6 +61,19 @@ impl DigestKey {
     pub fn with_previous(mut self, previous: &DigestKey) -> Self {
         self.previous = Some(previous.keyed.clone());
         self
+    }
+
+    /// This key, also trusting a companion state that carries no MAC at all (one a
+    /// release before MACs wrote), so that it is signed instead of refused: an upgrade aid,
+    /// off by default, since whoever may edit ConfigMaps in a region can strip a MAC too.
+    pub fn accepting_unsigned_states(mut self) -> Self {
+        self.accept_unsigned = true;
+        self
+    }
+
+    /// Whether a state without a MAC is trusted (see [`Self::accepting_unsigned_states`]).
+    pub fn accepts_unsigned_states(&self) -> bool {
+        self.accept_unsigned
     }
 
     /// A short, public identifier of the key (not of the previous one): the first 8 bytes

@@ -14,7 +14,7 @@ use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
 use crate::regions::store::{self, Ownership, Snapshot};
-use crate::telemetry::metrics::StateRefusal;
+use crate::telemetry::metrics::{StateRefusal, WriteKind};
 
 /// Who writes what in a region's target, beyond the evidence the engine reads.
 #[derive(Debug, Clone, Default)]
@@ -91,6 +91,9 @@ pub async fn read_region(
     .await;
     match inspected {
         Ok(inspection) => {
+            if inspection.unsigned {
+                sign_unsigned_state(ctx, rollout, &client, &observation.name).await;
+            }
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
             findings.foreign_companion = inspection.ownership == Ownership::ForeignCompanion;
@@ -202,6 +205,32 @@ pub async fn read_region(
 
 /// The latest stamp of `replica` within the drift bound, and how many of the rollout's
 /// keys (declared now, or held by its current revision) carry a stamp beyond it.
+/// Signs a region's state written before MACs (trusted under `--accept-unsigned-states`),
+/// so that it verifies once the flag is off. A failure is logged: the next read tries
+/// again.
+async fn sign_unsigned_state(
+    ctx: &Context,
+    rollout: &ConfigRollout,
+    client: &kube::Client,
+    region: &str,
+) {
+    let target = &rollout.spec.target;
+    let may_write = || ctx.fence.permits(rollout, WriteKind::RegionObject);
+    match store::sign_unsigned(
+        client,
+        &ctx.digest_key,
+        &target.namespace,
+        &target.name,
+        &may_write,
+    )
+    .await
+    {
+        Ok(true) => tracing::info!(region, "signed a region state written before MACs"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(region, %error, "could not sign a region state"),
+    }
+}
+
 fn stamps(
     replica: &crate::crdt::Replica,
     reader: &Reader<'_>,

@@ -247,6 +247,9 @@ pub struct Inspection {
     pub overridden_keys: Vec<String>,
     /// Whether the target exists and who manages it.
     pub ownership: Ownership,
+    /// Whether the companion's state carries no MAC (read only when the key accepts
+    /// unsigned states; [`sign_unsigned`] signs it).
+    pub unsigned: bool,
     /// The objects read, for a [`materialize`] that follows in the same reconcile.
     pub read: Snapshot,
 }
@@ -329,6 +332,7 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
             drifted_keys: Vec::new(),
             overridden_keys: Vec::new(),
             ownership,
+            unsigned: false,
             read: Snapshot(current),
         });
     }
@@ -351,8 +355,67 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
         ownership,
+        unsigned: current.companion_is_unsigned(),
         read: Snapshot(current),
     })
+}
+
+/// Signs, in place, a companion state that carries no MAC (one a release before MACs
+/// wrote, trusted because the key accepts unsigned states): reads it fresh, and writes
+/// the MAC annotation only if it is still unsigned and decodes, conditionally on the
+/// version read. Returns whether it wrote. `may_write` is asked just before the write.
+pub async fn sign_unsigned(
+    client: &Client,
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+    may_write: &(dyn Fn() -> bool + Send + Sync),
+) -> Result<bool, RegionError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let companion_name = materialize::companion_name(name)?;
+    let current = read_pair(&api, name, &companion_name, None, ReadFrom::Fresh).await?;
+    let identity = Identity {
+        key,
+        namespace,
+        name,
+    };
+    if !key.accepts_unsigned_states()
+        || !current.companion_is_unsigned()
+        || current.ownership(identity) != Ownership::Managed
+    {
+        return Ok(false);
+    }
+    let Some(mut companion) = current.companion else {
+        return Ok(false);
+    };
+    let Some(state) = companion
+        .data
+        .as_ref()
+        .and_then(|data| data.get(STATE_KEY))
+        .cloned()
+    else {
+        return Ok(false);
+    };
+    crdt::decode(&state).map_err(|source| RegionError::MalformedCompanion {
+        reason: source.to_string(),
+    })?;
+    companion.annotations_mut().insert(
+        STATE_MAC_ANNOTATION.to_owned(),
+        crdt::state_mac(key, namespace, name, &state),
+    );
+    if !may_write() {
+        return Err(RegionError::NotLeader);
+    }
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    };
+    call(
+        "sign companion",
+        api.replace(&companion_name, &params, &companion),
+    )
+    .await?;
+    Ok(true)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -406,9 +469,23 @@ impl Pair {
         let Some(state) = view.state.as_deref() else {
             return false;
         };
-        !view.mac.as_deref().is_some_and(|mac| {
-            crdt::state_mac_matches(identity.key, identity.namespace, identity.name, state, mac)
-        })
+        match view.mac.as_deref() {
+            Some(mac) => !crdt::state_mac_matches(
+                identity.key,
+                identity.namespace,
+                identity.name,
+                state,
+                mac,
+            ),
+            None => !identity.key.accepts_unsigned_states(),
+        }
+    }
+
+    /// Whether the companion holds a state with no MAC (trusted only as an upgrade aid).
+    fn companion_is_unsigned(&self) -> bool {
+        self.companion_view
+            .as_ref()
+            .is_some_and(|view| view.state.is_some() && view.mac.is_none())
     }
 }
 
