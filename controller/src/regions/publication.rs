@@ -302,6 +302,15 @@ pub fn evidence(
             if held.is_some_and(|held| held.stamp.wall_ms > stamp_bound_ms) {
                 return false;
             }
+            // An absent key below the horizon reads as merged and outlived; a horizon
+            // beyond the bound would make every absent key read so.
+            if held.is_none()
+                && replica
+                    .horizon()
+                    .is_some_and(|horizon| horizon.wall_ms > stamp_bound_ms)
+            {
+                return false;
+            }
             match held {
                 Some(held) if entry.stamp == revision.stamp => {
                     held == entry
@@ -625,6 +634,25 @@ mod tests {
             evidence(&region, &r1, false, u64::MAX).applied,
             Some(RevisionStep::Single)
         );
+        assert_eq!(evidence(&region, &r1, false, 999_999).applied, None);
+    }
+
+    #[test]
+    fn a_horizon_beyond_the_drift_bound_holds_no_absent_key() {
+        let r1 = first(&[("a", "1")]);
+        let mut region = Replica::new();
+        let far = Stamp::new(
+            1_000_000,
+            0,
+            WriterId::parse("rollout:team/limits").unwrap(),
+        );
+        crdt::collect_tombstones(&mut region, &far);
+        // Below the horizon, the absent key reads as merged and outlived...
+        assert_eq!(
+            evidence(&region, &r1, false, u64::MAX).applied,
+            Some(RevisionStep::Single)
+        );
+        // ...which a horizon ahead of the clock cannot be trusted to say.
         assert_eq!(evidence(&region, &r1, false, 999_999).applied, None);
     }
 
