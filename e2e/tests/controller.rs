@@ -892,7 +892,7 @@ spec:
         "names the field: {message}"
     );
     // Refused: Flux fails the Kustomization and Argo CD marks it Degraded, naming the field.
-    let verdict = assert_seen_as("invalid-spec", &rollout, "Pending", "Failed", "Degraded");
+    let verdict = assert_seen_as("invalid-spec", &rollout, "Refused", "Failed", "Degraded");
     assert!(
         verdict.kstatus.message.contains("spec.gates[0].condition"),
         "{verdict:#?}"
