@@ -210,6 +210,7 @@ fn full_status_round_trips() {
         reached: vec!["eu-west-1".into()],
         target: Some("checkout/checkout-flags".into()),
         current_stage: Some("europe".into()),
+        current_stage_digest: Some("5d41402abc4b2a76b9719d911017c592".into()),
         progress: Some("1/3".into()),
         control: Some(configrollout::api::ControlRecord {
             abort_at: None,

@@ -235,6 +235,11 @@ impl<'a> Draft<'a> {
 
     fn finish(mut self) -> Decision {
         dispatch::emit_new(&mut self);
+        self.status.current_stage_digest = self
+            .status
+            .current_stage
+            .as_deref()
+            .and_then(|stage| crate::api::stage_digest(self.spec, stage));
         let requeue_after = self.wake_at.map(|at| clock::until(self.now, at));
         Decision {
             status: self.status,

@@ -41,6 +41,10 @@ pub struct ConfigRolloutStatus {
     /// The stage now running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_stage: Option<String>,
+    /// What the current stage does, as `StageApproval.spec.stageDigest` must name it to
+    /// approve it (for tools that cannot compute it, such as Argo CD's approve action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_stage_digest: Option<String>,
     /// Regions done out of regions selected, e.g. `2/3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,

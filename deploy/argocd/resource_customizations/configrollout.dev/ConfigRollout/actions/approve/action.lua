@@ -1,6 +1,6 @@
 -- Approves the stage the rollout awaits, as `kubectl configrollout approve` does: a
--- StageApproval naming the rollout's UID, the stage, and the revision with its digest as the
--- status reports them.
+-- StageApproval naming the rollout's UID, the stage with the digest of what it does, and the
+-- revision with its digest, as the status reports them.
 --
 -- Argo CD (2.8 or newer) creates it with its own credentials for the cluster, never as the
 -- Argo CD user who runs the action: the server's ServiceAccount for the cluster Argo CD runs
@@ -26,6 +26,9 @@ end
 if digest == nil then
   error("the rollout's status names no digest for revision " .. status.revision)
 end
+if status.currentStageDigest == nil then
+  error("the rollout's status names no digest for stage " .. status.currentStage .. " (a controller older than the approve action)")
+end
 
 local approval = {}
 approval.apiVersion = "configrollout.dev/v1alpha1"
@@ -39,6 +42,7 @@ approval.spec.rolloutUID = obj.metadata.uid
 approval.spec.stage = status.currentStage
 approval.spec.revision = status.revision
 approval.spec.revisionDigest = digest
+approval.spec.stageDigest = status.currentStageDigest
 approval.spec.approver = approver
 approval.spec.reason = "approved with Argo CD's approve action (Argo CD's ResourceActionRan Events name who ran it)"
 
