@@ -1493,7 +1493,7 @@ async fn the_gitops_tools_see_a_rollout_as_a_person_would(world: &World) {
 }
 
 /// Every phase the controller exports, as `status.phase` spells it.
-const PHASES: [&str; 8] = [
+const PHASES: [&str; 9] = [
     "Pending",
     "Progressing",
     "Paused",
@@ -1502,6 +1502,7 @@ const PHASES: [&str; 8] = [
     "RollingBack",
     "RolledBack",
     "Complete",
+    "Refused",
 ];
 
 /// Rollouts per phase as the hub holds them (no status yet counts as Pending).
