@@ -438,6 +438,21 @@ impl Hub {
             })
     }
 
+    /// Runs `write` in a region (reads, then writes) within three request timeouts.
+    pub(super) async fn region_write<T>(
+        &self,
+        what: &str,
+        write: impl std::future::Future<Output = T>,
+    ) -> Result<T, CliError> {
+        let bound = self.timeout.saturating_mul(3);
+        tokio::time::timeout(bound, write)
+            .await
+            .map_err(|_| CliError::Timeout {
+                what: what.to_owned(),
+                after: bound,
+            })
+    }
+
     /// A client of `region` from the caller's region kubeconfig, and who the caller is
     /// there.
     pub(super) async fn region_client(
@@ -670,20 +685,14 @@ impl Hub {
             stamp,
             &changes,
         );
-        let materialized = match tokio::time::timeout(self.timeout.saturating_mul(3), written).await
-        {
-            Err(_) => {
-                return Err(CliError::Timeout {
-                    what: format!("writing the override in region {region}"),
-                    after: self.timeout.saturating_mul(3),
-                });
-            }
-            Ok(result) => result.map_err(|e| {
+        let materialized = self
+            .region_write(&format!("writing the override in region {region}"), written)
+            .await?
+            .map_err(|e| {
                 CliError::Message(format!(
                     "writing the override in region {region} as {user}: {e}"
                 ))
-            })?,
-        };
+            })?;
         let keys: Vec<String> = changes
             .iter()
             .map(|(key, value)| match value {

@@ -60,20 +60,15 @@ impl Hub {
             &rebuilt,
             force,
         );
-        let outcome = match tokio::time::timeout(self.timeout.saturating_mul(3), repaired).await {
-            Err(_) => {
-                return Err(CliError::Timeout {
-                    what: format!("repairing the state in region {region}"),
-                    after: self.timeout.saturating_mul(3),
-                });
-            }
-            Ok(result) => result.map_err(|e| {
+        let outcome = self
+            .region_write(&format!("repairing the state in region {region}"), repaired)
+            .await?
+            .map_err(|e| {
                 CliError::Message(format!(
                     "repairing the state of configmap {}/{} in region {region} as {user}: {e}",
                     target.namespace, target.name
                 ))
-            })?,
-        };
+            })?;
         let place = format!(
             "configmap {}/{} in region {region}",
             target.namespace, target.name

@@ -92,7 +92,7 @@ pub async fn read_region(
     match inspected {
         Ok(inspection) => {
             if inspection.unsigned {
-                sign_unsigned_state(ctx, rollout, &client, &observation.name).await;
+                sign_unsigned_state(ctx, rollout, &client, &objects, &observation.name).await;
             }
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
@@ -103,7 +103,7 @@ pub async fn read_region(
             if inspection.ownership == Ownership::TamperedCompanion {
                 // Never read, never written: the region is reported, as one the rollout
                 // cannot use until a person repairs it (README, "A region's state fails
-                // its MAC"); its stage waits, and fails at its deadline.
+                // its MAC"); the engine halts a running rollout at once.
                 let error = crate::regions::RegionError::TamperedCompanion {
                     namespace: target.namespace.clone(),
                     name: format!(
@@ -212,6 +212,7 @@ async fn sign_unsigned_state(
     ctx: &Context,
     rollout: &ConfigRollout,
     client: &kube::Client,
+    objects: &crate::regions::object_cache::RegionObjects<'_>,
     region: &str,
 ) {
     let target = &rollout.spec.target;
@@ -222,6 +223,7 @@ async fn sign_unsigned_state(
         &target.namespace,
         &target.name,
         &may_write,
+        Some(objects),
     )
     .await
     {

@@ -12,16 +12,13 @@
 //! configrollout. Regional overrides the untrusted state held are not kept (their stamps
 //! came from it): they are made again with `kubectl configrollout override`.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::RegionError;
-use super::materialize::{self, DIGEST_ANNOTATION, STATE_KEY, STATE_MAC_ANNOTATION};
-use super::store::{FIELD_MANAGER, Identity, Ownership, Pair, call, owner_of};
+use super::materialize::{self, DIGEST_ANNOTATION};
+use super::store::{FIELD_MANAGER, Identity, Ownership, Pair, call, signed_companion};
 use crate::crdt::{self, DigestKey, Replica};
 
 /// What a repair found and did.
@@ -95,23 +92,7 @@ pub async fn repair_state(
     })?;
     let digest = crdt::revision_digest(key, rebuilt);
     let existed = pair.companion.is_some();
-    let mut companion = pair.companion.unwrap_or_else(|| ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(companion_name.clone()),
-            namespace: Some(namespace.to_owned()),
-            owner_references: owner_of(&target).map(|owner| vec![owner]),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    });
-    companion
-        .annotations_mut()
-        .insert(DIGEST_ANNOTATION.to_owned(), digest.clone());
-    companion.annotations_mut().insert(
-        STATE_MAC_ANNOTATION.to_owned(),
-        crdt::state_mac(key, namespace, name, &encoded),
-    );
-    companion.data = Some(BTreeMap::from([(STATE_KEY.to_owned(), encoded)]));
+    let companion = signed_companion(pair.companion, &target, identity, &digest, encoded);
     let params = PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),

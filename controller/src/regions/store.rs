@@ -363,13 +363,15 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
 /// Signs, in place, a companion state that carries no MAC (one a release before MACs
 /// wrote, trusted because the key accepts unsigned states): reads it fresh, and writes
 /// the MAC annotation only if it is still unsigned and decodes, conditionally on the
-/// version read. Returns whether it wrote. `may_write` is asked just before the write.
+/// version read, noting the result in `objects`. Returns whether it wrote. `may_write` is
+/// asked just before the write.
 pub async fn sign_unsigned(
     client: &Client,
     key: &DigestKey,
     namespace: &str,
     name: &str,
     may_write: &(dyn Fn() -> bool + Send + Sync),
+    objects: Option<&RegionObjects<'_>>,
 ) -> Result<bool, RegionError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let companion_name = materialize::companion_name(name)?;
@@ -410,11 +412,15 @@ pub async fn sign_unsigned(
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),
     };
-    call(
+    let written = call(
         "sign companion",
         api.replace(&companion_name, &params, &companion),
     )
     .await?;
+    // The next read takes the signed version from memory, not the unsigned one.
+    if let Some(objects) = objects {
+        objects.saw(&companion_name, Some(&written));
+    }
     Ok(true)
 }
 
@@ -610,31 +616,13 @@ async fn write_plan(
     let companion_existed = current_companion.is_some();
     let mut stored_companion = current_companion;
     if plan.companion_changed {
-        let mut companion = stored_companion.take().unwrap_or_else(|| ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(companion_name.to_owned()),
-                namespace: Some(target.namespace.to_owned()),
-                owner_references: owner_of(&target_object).map(|owner| vec![owner]),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        });
-        companion
-            .annotations_mut()
-            .insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
-        companion.annotations_mut().insert(
-            STATE_MAC_ANNOTATION.to_owned(),
-            crdt::state_mac(
-                identity.key,
-                identity.namespace,
-                identity.name,
-                &plan.encoded_state,
-            ),
-        );
-        companion.data = Some(BTreeMap::from([(
-            STATE_KEY.to_owned(),
+        let companion = signed_companion(
+            stored_companion.take(),
+            &target_object,
+            identity,
+            &plan.digest,
             plan.encoded_state.clone(),
-        )]));
+        );
         fence(target)?;
         let written = if companion_existed {
             call(
@@ -672,6 +660,40 @@ async fn write_plan(
     Ok(Pair::of(Some(stored_target), stored_companion))
 }
 
+/// The companion of `target` holding `encoded_state`, with its digest and its MAC for
+/// `identity`: `existing` updated (keeping its resourceVersion, so that a replace is
+/// conditional), or a new one owned by the target.
+pub(super) fn signed_companion(
+    existing: Option<ConfigMap>,
+    target: &ConfigMap,
+    identity: Identity<'_>,
+    digest: &str,
+    encoded_state: String,
+) -> ConfigMap {
+    let mut companion = existing.unwrap_or_else(|| ConfigMap {
+        metadata: ObjectMeta {
+            name: materialize::companion_name(identity.name).ok(),
+            namespace: Some(identity.namespace.to_owned()),
+            owner_references: owner_of(target).map(|owner| vec![owner]),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    });
+    let annotations = companion.annotations_mut();
+    annotations.insert(DIGEST_ANNOTATION.to_owned(), digest.to_owned());
+    annotations.insert(
+        STATE_MAC_ANNOTATION.to_owned(),
+        crdt::state_mac(
+            identity.key,
+            identity.namespace,
+            identity.name,
+            &encoded_state,
+        ),
+    );
+    companion.data = Some(BTreeMap::from([(STATE_KEY.to_owned(), encoded_state)]));
+    companion
+}
+
 fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
     if (target.may_write)() {
         Ok(())
@@ -680,7 +702,7 @@ fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
     }
 }
 
-pub(super) fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
+fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: ConfigMap::api_version(&()).into_owned(),
         kind: ConfigMap::kind(&()).into_owned(),
