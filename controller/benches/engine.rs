@@ -73,6 +73,7 @@ fn observations(
                 overridden_keys: Vec::new(),
                 future_stamped_keys: 0,
                 tampered: false,
+                state_key_id: None,
                 tombstones: 0,
             })
             .collect(),

@@ -33,7 +33,8 @@ use crate::leader::{
 use crate::reconcile::events::EventPublisher;
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{
-    self, Context, HubError, ReconcileError, WriteFence, region_status, revision_store, triggers,
+    self, Context, HubError, ReconcileError, WriteFence, digest_keys, region_status,
+    revision_store, triggers,
 };
 use crate::regions::clients::{CredentialPolicy, RegionClients};
 use crate::shutdown::Signals;
@@ -41,11 +42,10 @@ use crate::telemetry::health::{self, Health, ServerLimits};
 use crate::telemetry::logging::{self, LogFormat};
 use crate::telemetry::metrics::{Census, Metrics, RegionState};
 use crate::telemetry::panics;
+use digest_keys::DigestKeys;
 
 /// Name the controller reports events and writes as.
 pub const CONTROLLER_NAME: &str = "configrollout-controller";
-/// Key of the digest key Secret's data.
-const DIGEST_KEY_FIELD: &str = "key";
 /// How often Region reachability is probed.
 const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
 
@@ -390,14 +390,24 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut signals = Signals::install().map_err(|e| AppError::Startup(e.to_string()))?;
     let (hub, watch_hub) = hub_clients().await?;
-    let mut digest_key = ensure_digest_key(&hub, &options).await?;
+    let digest_key = ensure_digest_key(&hub, &options).await?;
     if options.accept_unsigned_states {
         tracing::warn!(
             "--accept-unsigned-states: region states without a MAC are trusted and signed; \
              turn it off once every region's state is signed"
         );
-        digest_key = digest_key.accepting_unsigned_states();
     }
+    tracing::info!(
+        key_id = %digest_key.id(),
+        previous_key_id = digest_key.previous_id().unwrap_or_default(),
+        "digest key read"
+    );
+    let digest_keys = Arc::new(DigestKeys::new(
+        digest_key,
+        &options.namespace,
+        &options.digest_key_secret,
+        options.accept_unsigned_states,
+    ));
 
     let stop_work = CancellationToken::new();
     let stop_election = CancellationToken::new();
@@ -462,7 +472,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
                 allow_unsafe_kubeconfig: options.allow_unsafe_kubeconfig,
             },
         ),
-        digest_key,
+        digest_keys: digest_keys.clone(),
         clock: Mutex::new(Hlc::new(
             WriterId::rollout(&options.namespace, CONTROLLER_NAME)
                 .map_err(|e| AppError::Startup(e.to_string()))?,
@@ -485,6 +495,13 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         policies: Default::default(),
     });
 
+    // A rotated key reaches this process without a restart. The task ends with the
+    // process; a failed read keeps the key held.
+    tokio::spawn({
+        let hub = hub.clone();
+        let stop = stop_work.clone();
+        async move { digest_keys.follow(hub, stop).await }
+    });
     follow_secret_versions(
         &ctx,
         watch_hub.clone(),
@@ -663,12 +680,7 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
                 .await
                 .map_err(|e| fail(e.to_string()))?;
         if let Some(secret) = existing {
-            let bytes = secret
-                .data
-                .as_ref()
-                .and_then(|data| data.get(DIGEST_KEY_FIELD))
-                .ok_or_else(|| fail(format!("no key {DIGEST_KEY_FIELD:?}")))?;
-            return DigestKey::new(&bytes.0).map_err(|e| fail(e.to_string()));
+            return digest_keys::from_secret(&secret).map_err(|e| fail(e.to_string()));
         }
         // A new key verifies no region's companion state and changes every digest: only a
         // hub with no revisions yet gets one.
@@ -696,7 +708,7 @@ async fn ensure_digest_key(hub: &Client, options: &Options) -> Result<DigestKey,
                 ..ObjectMeta::default()
             },
             data: Some(BTreeMap::from([(
-                DIGEST_KEY_FIELD.to_owned(),
+                digest_keys::KEY_FIELD.to_owned(),
                 ByteString(key),
             )])),
             ..Secret::default()
@@ -931,6 +943,9 @@ async fn run_controller(
         .watches_stream(namespaces, |_| Vec::new())
         .watches_stream(claims, |claim| triggers::rollouts_claiming(&claim))
         .watches_stream(revisions, |_| Vec::new())
+        // A rotated key: every rollout reads its regions now, signing their states with
+        // it, rather than at its next idle requeue.
+        .reconcile_all_on(ctx.digest_keys.changes())
         .watches(sources, watcher::Config::default(), move |source| {
             let namespace = source.namespace().unwrap_or_default();
             triggers::rollouts_for_source(&cache.state(), &namespace, &source.name_any())

@@ -218,6 +218,7 @@ fn full_status_round_trips() {
             refused_retry_at: None,
         }),
         collected_through: Some("1764687600000.0@rollout:payments/limits".into()),
+        collection_waits_for: None,
         written_by: Some(configrollout::api::ShardWriter {
             shard: 2,
             shards: 4,

@@ -1056,6 +1056,108 @@ async fn an_unsigned_state_is_refused_unless_the_upgrade_aid_signs_it(
     upgrading
 }
 
+/// Issue 42's key continuity: `rotate-key` puts a new key in the Secret and keeps the old
+/// one as `previous`. The running controller reads it without a restart and signs every
+/// region's state with it, and nothing re-runs: no revision declared, no target written.
+/// A second rotation (which drops the oldest key) is refused while a region is still
+/// signed with the key it would drop, and allowed once every region is signed again.
+async fn rotating_the_key_reruns_nothing(world: &World) {
+    let name = "forged";
+    let before = world.rollout(name).await;
+    let status = before.status.clone().expect("status");
+    let revision = status.revision.clone().expect("a revision");
+    let mut targets_before = Vec::new();
+    for region in ["region-1", "region-2", "region-3"] {
+        let maps: Api<ConfigMap> = Api::namespaced(world.region(region), APP);
+        let target = within("read the target", maps.get(name)).await;
+        targets_before.push((region, target.resource_version()));
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(world.hub.clone(), "configrollout-system");
+    let key_of = |secret: &k8s_openapi::api::core::v1::Secret| {
+        configrollout::reconcile::digest_keys::from_secret(secret).expect("a digest key")
+    };
+    let old = key_of(&within("read the key", secrets.get("configrollout-digest-key")).await);
+
+    let (code, stdout, stderr) = text(&plugin(world, User::Admin, &["rotate-key"], CALL).await);
+    assert_eq!(code, Some(0), "rotate-key: {stdout}{stderr}");
+    let rotated = key_of(&within("read the key", secrets.get("configrollout-digest-key")).await);
+    assert_ne!(rotated.id(), old.id());
+    assert_eq!(rotated.previous_id(), Some(old.id()));
+    assert!(stdout.contains(&rotated.id()), "{stdout}");
+
+    // At once, before the controller has signed anything with the new key: a second
+    // rotation would drop the key every region is signed with.
+    let (code, stdout, stderr) = text(&plugin(world, User::Admin, &["rotate-key"], CALL).await);
+    assert_ne!(code, Some(0), "a second rotation went through: {stdout}");
+    assert!(stderr.contains("not rotated"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{TEAM}/{name} region")),
+        "{stderr}"
+    );
+
+    let signed = eventually("every region signed with the new key", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let regions = rollout.status?.regions;
+        (regions.len() == 3
+            && regions
+                .iter()
+                .all(|region| region.state_key_id.as_deref() == Some(rotated.id().as_str())))
+        .then_some(())
+    });
+    signed.await;
+    let after = world.rollout(name).await;
+    let after_status = after.status.expect("status");
+    assert_eq!(after_status.revision.as_deref(), Some(revision.as_str()));
+    assert_eq!(
+        after_status.history.len(),
+        status.history.len(),
+        "a revision was declared"
+    );
+    assert!(condition_true(&world.rollout(name).await, "Complete"));
+    let only_new = configrollout::crdt::DigestKey::new(&{
+        let secret = within("read the key", secrets.get("configrollout-digest-key")).await;
+        secret.data.expect("data")["key"].0.clone()
+    })
+    .expect("the new key");
+    for (region, version) in &targets_before {
+        let maps: Api<ConfigMap> = Api::namespaced(world.region(region), APP);
+        let target = within("read the target", maps.get(name)).await;
+        assert_eq!(
+            &target.resource_version(),
+            version,
+            "{region}: the target was written"
+        );
+        let companion = within(
+            "read the companion",
+            maps.get(&format!("{name}{COMPANION_SUFFIX}")),
+        )
+        .await;
+        let state = companion.data.as_ref().expect("data")[STATE_KEY].clone();
+        let mac = companion.annotations()[STATE_MAC_ANNOTATION].clone();
+        assert!(
+            configrollout::crdt::state_mac_matches(&only_new, APP, name, &state, &mac),
+            "{region}: the state is not signed with the new key"
+        );
+    }
+
+    // Once every region of every rollout is signed with it, the next rotation is allowed.
+    let again = eventually("a second rotation is allowed", PROGRESS * 2, || async {
+        let (code, _, _) = text(&plugin(world, User::Admin, &["rotate-key"], CALL).await);
+        (code == Some(0)).then_some(())
+    });
+    again.await;
+    change_data(world, name, serde_json::json!({"rate": "400"})).await;
+    wait_complete(world, name, "r4").await;
+    for region in ["region-1", "region-2", "region-3"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("rate", "400")])),
+            "{region} holds r4"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_the_lab() {
     let world = World::start(LabOptions::default()).await;
@@ -1067,5 +1169,6 @@ async fn the_plugin_on_the_lab() {
     a_forged_state_halts_and_repair_state_mends_it(&world).await;
     let controller =
         an_unsigned_state_is_refused_unless_the_upgrade_aid_signs_it(&world, controller).await;
+    rotating_the_key_reruns_nothing(&world).await;
     controller.stop();
 }

@@ -14,7 +14,7 @@ use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, LabChild, LabOptions, SYSTEM
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
@@ -253,11 +253,19 @@ async fn set_up() -> Tenancy {
 }
 
 /// Without the admission policy, the controller alone refuses every escape, writing
-/// nothing, and names the field.
-async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy) {
+/// nothing, and names the field. Need to know: the refusal reads the same whether the
+/// ConfigMap named exists in the regions or not, and no region watch is opened for a
+/// namespace outside the grant.
+async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy, probe_addr: &str) {
+    let watches = || async {
+        let metrics = scrape(&format!("http://{probe_addr}/metrics")).await;
+        sample(&metrics, "configrollout_region_watches")
+    };
+    let watches_before = watches().await;
     for (name, namespace, target) in [
         ("escape-app", "app", "limits"),
         ("escape-kube-system", "kube-system", "coredns"),
+        ("escape-kube-system-absent", "kube-system", "coredns-absent"),
     ] {
         t.create(&rollout(name, namespace, target, EVERY_REGION))
             .await
@@ -270,6 +278,23 @@ async fn the_controller_refuses_escapes_on_its_own(t: &Tenancy) {
         );
         assert!(message.contains(namespace), "{name}: {message}");
     }
+    // coredns exists in every region, coredns-absent in none: the two refusals differ
+    // in the name only, and say nothing a read of the region would have told.
+    let (_, existing) = t.condition("escape-kube-system", "InvalidSpec").await;
+    let (_, absent) = t
+        .condition("escape-kube-system-absent", "InvalidSpec")
+        .await;
+    assert_eq!(existing, absent.replace("coredns-absent", "coredns"));
+    for name in ["escape-kube-system", "escape-kube-system-absent"] {
+        let rollout = within("read rollout", t.admin_rollouts().get(name)).await;
+        let status = rollout.status.expect("status");
+        assert!(status.regions.is_empty(), "{name}: {:?}", status.regions);
+    }
+    assert_eq!(
+        watches().await,
+        watches_before,
+        "a region watch was opened for a namespace outside the grant"
+    );
 
     // A ConfigMap of the tenant's own namespace that configrollout did not create.
     t.create(&rollout("adopt-legacy", TENANT, "legacy", EVERY_REGION))
@@ -1093,6 +1118,82 @@ async fn teams_share_a_region_namespace(t: &Tenancy) {
     a_companion_name_cannot_be_squatted(t).await;
     an_override_transfers_no_ownership(t).await;
     only_workloads_that_read_the_target_are_restarted(t).await;
+    a_stalled_co_writer_is_reported(t).await;
+}
+
+/// Issue 42: a co-writer of a shared target that has not reached every region (here,
+/// waiting for an approval nobody gives) holds back the collection of every writer's
+/// tombstones. The rollout whose tombstones wait says so in its status, without naming
+/// the other team's rollout, and stops saying it once the co-writer is gone.
+async fn a_stalled_co_writer_is_reported(t: &Tenancy) {
+    let waiting_stages = "    - {name: first, regions: {names: [region-1]}}\n    - {name: rest, regions: {names: [region-2, region-3]}, maxParallel: 2, approval: Required}\n";
+    let stuck = shared_rollout("team", "stalled-b", "stalled", "{b: \"1\"}", waiting_stages);
+    let stuck: ConfigRollout = serde_yaml::from_str(&stuck).expect("rollout YAML");
+    within(
+        "create stalled-b",
+        t.team_rollouts().create(&PostParams::default(), &stuck),
+    )
+    .await;
+    eventually("stalled-b waits for its approval", PROGRESS, || async {
+        let b = within("read b", t.team_rollouts().get("stalled-b")).await;
+        (phase_of(&b).as_deref() == Some("AwaitingApproval")).then_some(())
+    })
+    .await;
+    t.create(&shared_rollout(
+        TENANT,
+        "stalled-a",
+        "stalled",
+        "{a: \"1\", gone: \"x\"}",
+        FROM_REGION_1,
+    ))
+    .await
+    .expect("admitted");
+    t.condition("stalled-a", "Complete").await;
+    // Removing a key leaves a tombstone to collect.
+    let patch = serde_json::json!({"spec": {"data": {"a": "1", "gone": null}}});
+    within(
+        "remove a key",
+        t.admin_rollouts()
+            .patch("stalled-a", &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    let waits = eventually("stalled-a says what it waits for", PROGRESS, || async {
+        let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
+        let status = a.status?;
+        (status.revision.as_deref() == Some("r2"))
+            .then_some(status.collection_waits_for)
+            .flatten()
+    })
+    .await;
+    assert!(waits.contains("a rollout in another namespace"), "{waits}");
+    assert!(waits.contains("region-2"), "{waits}");
+    assert!(
+        !waits.contains("stalled-b"),
+        "names another team's rollout: {waits}"
+    );
+    let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
+    assert_eq!(a.status.and_then(|s| s.collected_through), None);
+
+    within(
+        "delete stalled-b",
+        t.team_rollouts()
+            .delete("stalled-b", &kube::api::DeleteParams::default()),
+    )
+    .await;
+    // Nudge a reconcile (a label change) rather than wait for the idle requeue.
+    let nudge = serde_json::json!({"metadata": {"labels": {"nudge": "1"}}});
+    within(
+        "nudge stalled-a",
+        t.admin_rollouts()
+            .patch("stalled-a", &PatchParams::default(), &Patch::Merge(&nudge)),
+    )
+    .await;
+    eventually("stalled-a collects", PROGRESS, || async {
+        let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
+        let status = a.status?;
+        (status.collection_waits_for.is_none() && status.collected_through.is_some()).then_some(())
+    })
+    .await;
 }
 
 /// Targets of the other team's rollouts (hub namespace `team`, granted `app`), which the
@@ -1253,7 +1354,7 @@ async fn tenants_stay_inside_their_grant() {
     a_panic_stays_in_its_rollout(&t, &probe_addr).await;
     an_empty_consumer_selector_is_refused(&t).await;
     a_region_without_list_and_watch_is_read_every_time(&t, &controller).await;
-    the_controller_refuses_escapes_on_its_own(&t).await;
+    the_controller_refuses_escapes_on_its_own(&t, &probe_addr).await;
     a_key_has_one_managing_rollout(&t).await;
     a_region_with_an_exec_kubeconfig_is_refused(&t).await;
     an_oversized_prometheus_answer_is_inconclusive(&t).await;

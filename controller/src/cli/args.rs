@@ -251,6 +251,30 @@ pub enum Command {
         )]
         digest_key_secret: String,
     },
+    /// Replace the controller's digest key with a new random one, keeping the old one as
+    /// `previous` so that every region state it signed is still trusted. Re-runs nothing.
+    #[command(
+        name = "rotate-key",
+        after_help = "Needs update on the digest key Secret in the hub and list on configrollouts \
+                      in every namespace. The controller reads the new key within a minute, makes \
+                      every new digest and MAC with it, and signs each region's state with it when \
+                      it next reads it (status.regions[].stateKeyId shows the key id). A second \
+                      rotation drops the oldest key, so it is refused while any region is not yet \
+                      signed with the current key, unless --force."
+    )]
+    RotateKey {
+        /// Rotate even though some regions are still signed with the key this rotation
+        /// drops (they then read as tampered until repaired with `repair-state`).
+        #[arg(long)]
+        force: bool,
+        /// The controller's digest key Secret in the hub, as NAMESPACE/NAME.
+        #[arg(
+            long,
+            default_value = "configrollout-system/configrollout-digest-key",
+            value_name = "NAMESPACE/NAME"
+        )]
+        digest_key_secret: String,
+    },
     /// A local web dashboard of the rollouts, live, with approve, abort, retry, pause and
     /// resume: it acts with your kubeconfig only, and listens on loopback by default.
     #[command(

@@ -125,6 +125,10 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
                 )
                 .await
         }
+        Command::RotateKey {
+            force,
+            digest_key_secret,
+        } => hub().await?.rotate_key(&digest_key_secret, force).await,
         Command::Override {
             name,
             region,
@@ -425,17 +429,8 @@ impl Hub {
             }
             other => other?,
         };
-        secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get("key"))
-            .ok_or_else(|| {
-                CliError::Message(format!("Secret {digest_key_secret} has no field \"key\""))
-            })
-            .and_then(|bytes| {
-                DigestKey::new(&bytes.0)
-                    .map_err(|e| CliError::Message(format!("Secret {digest_key_secret}: {e}")))
-            })
+        crate::reconcile::digest_keys::from_secret(&secret)
+            .map_err(|e| CliError::Message(format!("Secret {digest_key_secret}: {e}")))
     }
 
     /// Runs `write` in a region (reads, then writes) within three request timeouts.

@@ -10,6 +10,7 @@ mod commands;
 pub mod dashboard;
 pub mod render;
 mod repair;
+mod rotate_key;
 
 pub use args::{Cli, Command, GlobalArgs, OutputFormat};
 pub use render::{Outcome, Waiting, outcome, render_get, render_history, render_list, waiting_on};

@@ -80,11 +80,37 @@ impl DigestKey {
     /// of its MAC of a fixed text, in hex. Replicas compare it to tell they hold the same
     /// key without showing it.
     pub fn id(&self) -> String {
-        let mut mac = self.keyed.clone();
-        mac.update(b"configrollout.dev/key-id/v1");
-        let bytes = mac.finalize().into_bytes();
-        hex::encode(bytes.get(..8).unwrap_or_default())
+        key_id(&self.keyed)
     }
+
+    /// The [`Self::id`] of the key this one replaced, while it is still accepted.
+    pub fn previous_id(&self) -> Option<String> {
+        self.previous.as_ref().map(key_id)
+    }
+
+    /// Whether `id` names this key or the one it replaced.
+    pub fn knows_id(&self, id: &str) -> bool {
+        self.id() == id || self.previous_id().as_deref() == Some(id)
+    }
+}
+
+fn key_id(keyed: &Hmac<Sha256>) -> String {
+    let mut mac = keyed.clone();
+    mac.update(b"configrollout.dev/key-id/v1");
+    let bytes = mac.finalize().into_bytes();
+    hex::encode(bytes.get(..8).unwrap_or_default())
+}
+
+/// Which key, if any, a companion state's MAC was made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacCheck {
+    /// The key in use.
+    Current,
+    /// The key it replaced (a rotation under way): trusted, and signed again with the
+    /// current one.
+    Previous,
+    /// Neither: the state was not written by configrollout with this key.
+    Mismatch,
 }
 
 impl fmt::Debug for DigestKey {
@@ -108,12 +134,31 @@ pub fn desired_digest(key: &DigestKey, desired: &BTreeMap<String, String>) -> St
     )
 }
 
+/// Whether `digest` is [`revision_digest`] of `replica` under the key or the one it
+/// replaced: a digest annotation written before a rotation still names the state it
+/// names (annotations are rewritten with the new key at the next write).
+pub fn digest_matches(key: &DigestKey, replica: &Replica, digest: &str) -> bool {
+    std::iter::once(&key.keyed)
+        .chain(key.previous.as_ref())
+        .any(|keyed| {
+            live_state_mac(keyed, replica.live_iter().count(), replica.live_iter()) == digest
+        })
+}
+
 fn live_state_digest<'a>(
     key: &DigestKey,
     count: usize,
     sorted_pairs: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> String {
-    let mut mac = key.keyed.clone();
+    live_state_mac(&key.keyed, count, sorted_pairs)
+}
+
+fn live_state_mac<'a>(
+    keyed: &Hmac<Sha256>,
+    count: usize,
+    sorted_pairs: impl Iterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut mac = keyed.clone();
     mac.update(DOMAIN);
     mac.update(&length_prefix(count));
     for (name, value) in sorted_pairs {
@@ -143,16 +188,33 @@ pub fn state_mac_matches(
     encoded_state: &str,
     mac: &str,
 ) -> bool {
+    state_mac_check(key, namespace, name, encoded_state, mac) != MacCheck::Mismatch
+}
+
+/// Which of the key's two keys made `mac`, the MAC of the state for the target. Compared
+/// in constant time.
+pub fn state_mac_check(
+    key: &DigestKey,
+    namespace: &str,
+    name: &str,
+    encoded_state: &str,
+    mac: &str,
+) -> MacCheck {
     let Ok(expected) = hex::decode(mac) else {
-        return false;
+        return MacCheck::Mismatch;
     };
-    std::iter::once(&key.keyed)
-        .chain(key.previous.as_ref())
-        .any(|keyed| {
-            state_input(keyed.clone(), namespace, name, encoded_state)
-                .verify_slice(&expected)
-                .is_ok()
-        })
+    let made_with = |keyed: &Hmac<Sha256>| {
+        state_input(keyed.clone(), namespace, name, encoded_state)
+            .verify_slice(&expected)
+            .is_ok()
+    };
+    if made_with(&key.keyed) {
+        MacCheck::Current
+    } else if key.previous.as_ref().is_some_and(made_with) {
+        MacCheck::Previous
+    } else {
+        MacCheck::Mismatch
+    }
 }
 
 fn state_input(
@@ -223,6 +285,47 @@ mod tests {
         assert_eq!(digest.len(), 64);
         assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(digest, desired_digest(&other, &desired));
+    }
+
+    #[test]
+    fn a_rotated_key_still_verifies_states_of_the_one_it_replaced() {
+        let old = key();
+        let new = DigestKey::new(b"a-rotated-key-of-32-bytes-or-so!").unwrap();
+        let rotated = new.clone().with_previous(&old);
+        let state = "encoded";
+        let by_old = state_mac(&old, "ns", "limits", state);
+        let by_new = state_mac(&rotated, "ns", "limits", state);
+        assert_eq!(by_new, state_mac(&new, "ns", "limits", state));
+        let check = |key: &DigestKey, mac: &str| state_mac_check(key, "ns", "limits", state, mac);
+        assert_eq!(check(&rotated, &by_new), MacCheck::Current);
+        assert_eq!(check(&rotated, &by_old), MacCheck::Previous);
+        // Before the rotation, the new key's MAC is unknown; after the previous key is
+        // dropped, so is the old one's.
+        assert_eq!(check(&old, &by_new), MacCheck::Mismatch);
+        assert_eq!(check(&new, &by_old), MacCheck::Mismatch);
+        // Another target's state does not verify under either key.
+        assert_eq!(
+            state_mac_check(&rotated, "ns", "other", state, &by_old),
+            MacCheck::Mismatch
+        );
+        let mut replica = Replica::new();
+        let mut delta = Delta::new();
+        delta.set("a", "1", stamp(5));
+        replica.apply(&delta);
+        let old_digest = revision_digest(&old, &replica);
+        assert!(digest_matches(&rotated, &replica, &old_digest));
+        assert!(digest_matches(
+            &rotated,
+            &replica,
+            &revision_digest(&new, &replica)
+        ));
+        assert!(!digest_matches(&new, &replica, &old_digest));
+        assert_eq!(rotated.id(), new.id());
+        assert_eq!(rotated.previous_id(), Some(old.id()));
+        assert!(rotated.knows_id(&old.id()) && rotated.knows_id(&new.id()));
+        assert!(!new.knows_id(&old.id()));
+        assert_ne!(old.id(), new.id());
+        assert_eq!(old.id().len(), 16);
     }
 
     #[test]

@@ -28,7 +28,10 @@ pub use codec::{decode, decode_delta, encode, encode_delta};
 pub use compaction::{
     WriterProgress, collect_tombstones, collection_point, stable_point, stamp_above,
 };
-pub use digest::{DigestKey, desired_digest, revision_digest, state_mac, state_mac_matches};
+pub use digest::{
+    DigestKey, MacCheck, desired_digest, digest_matches, revision_digest, state_mac,
+    state_mac_check, state_mac_matches,
+};
 pub use hlc::{Hlc, ManualClock, PhysicalClock, SystemClock};
 pub use lww::{Delta, Entry, MergeOutcome, Replica};
 pub use revision::{compensating_delta, declare_revision, override_delta, split_expand_contract};

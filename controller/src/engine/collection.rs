@@ -91,6 +91,34 @@ pub fn progress_of(status: Option<&ConfigRolloutStatus>) -> WriterProgress {
     WriterProgress::Behind { held }
 }
 
+/// Why another writer of the target holds every collection back, when it does: the
+/// first region of its status that holds none of its revisions in full (never published
+/// there, or only its expand step), with the revision it waits for. Such a writer stops
+/// tombstones of every writer of the target from being collected until it gets there, so
+/// the rollout that proposes a point says who it waits for.
+pub fn holding_back(status: Option<&ConfigRolloutStatus>) -> Option<String> {
+    let WriterProgress::Behind { held: None } = progress_of(status) else {
+        return None;
+    };
+    let status = status?;
+    let current = status.revision.as_deref().unwrap_or("its first revision");
+    let region = status.regions.iter().find(|region| {
+        region
+            .materialized
+            .as_ref()
+            .filter(|mark| mark.step != Some(RevisionStep::Expand))
+            .and_then(|mark| revision_stamp(status, &mark.revision))
+            .is_none()
+    });
+    Some(match region {
+        Some(region) => format!(
+            "region {} holds none of its revisions yet ({current})",
+            region.name
+        ),
+        None => format!("it has not published {current} anywhere yet"),
+    })
+}
+
 /// Records `point` as the target's stable point, never moving it back. Returns whether
 /// the status changed.
 pub fn record(status: &mut ConfigRolloutStatus, point: &Stamp) -> bool {
@@ -207,6 +235,46 @@ mod tests {
         assert_eq!(proposal(&status, &all), None, "nothing new to propose");
         assert!(!record(&mut status, &stamp(10)), "never moves back");
         assert_eq!(status.collected_through, Some(stamp(20).to_string()));
+    }
+
+    #[test]
+    fn a_writer_missing_from_a_region_is_named_as_what_collection_waits_for() {
+        let stuck = status(
+            RolloutPhase::Halted,
+            "r2",
+            &[
+                ("eu-1", Some(mark("r2", RevisionStep::Single))),
+                ("us-1", None),
+            ],
+        );
+        assert_eq!(
+            holding_back(Some(&stuck)).as_deref(),
+            Some("region us-1 holds none of its revisions yet (r2)")
+        );
+        // Only its expand step in a region is not holding a revision in full.
+        let expanding = status(
+            RolloutPhase::Progressing,
+            "r2",
+            &[("eu-1", Some(mark("r2", RevisionStep::Expand)))],
+        );
+        assert!(holding_back(Some(&expanding)).is_some());
+        // Behind but holding something everywhere lowers the point, holds nothing back.
+        let behind = status(
+            RolloutPhase::Progressing,
+            "r2",
+            &[
+                ("eu-1", Some(mark("r1", RevisionStep::Single))),
+                ("us-1", Some(mark("r2", RevisionStep::Single))),
+            ],
+        );
+        assert_eq!(holding_back(Some(&behind)), None);
+        let caught_up = status(
+            RolloutPhase::Complete,
+            "r2",
+            &[("eu-1", Some(mark("r2", RevisionStep::Single)))],
+        );
+        assert_eq!(holding_back(Some(&caught_up)), None);
+        assert_eq!(holding_back(None), None);
     }
 
     #[test]

@@ -95,6 +95,10 @@ pub struct RegionObservation {
     /// of it is read or written over; the region is also unreachable, with the reason in
     /// `last_error`.
     pub tampered: bool,
+    /// The id of the digest key the region's state is signed with (public), when it is
+    /// one this process holds: after a rotation, the old key's until the state is signed
+    /// again.
+    pub state_key_id: Option<String>,
     /// Tombstones in the region's replica of the target, any writer's (removed keys not
     /// collected there yet).
     pub tombstones: u32,

@@ -292,7 +292,7 @@ async fn merge(
     let first_read = input.take_first_read(region_name);
     let result = store::materialize(
         &client,
-        &ctx.digest_key,
+        &ctx.digest_keys.current(),
         &target,
         drift,
         first_read,

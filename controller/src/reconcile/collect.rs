@@ -22,6 +22,8 @@ pub async fn collect(
     status: &mut ConfigRolloutStatus,
 ) {
     let Some(proposal) = collection::proposal(status, observations) else {
+        // Nothing to collect, or nothing new: nobody is waited for.
+        status.collection_waits_for = None;
         return;
     };
     let others = match other_writers(ctx, rollout).await {
@@ -31,22 +33,55 @@ pub async fn collect(
             return;
         }
     };
-    match collection_point(&proposal, &others) {
+    let progress: Vec<WriterProgress> = others
+        .iter()
+        .map(|other| collection::progress_of(other.status.as_ref()))
+        .collect();
+    match collection_point(&proposal, &progress) {
         Some(point) => {
+            status.collection_waits_for = None;
             if collection::record(status, &point) {
                 tracing::debug!(%point, writers = others.len() + 1, "target stable point moved");
             }
         }
-        None => tracing::debug!("another writer of the target is behind; nothing collected"),
+        None => {
+            status.collection_waits_for = waiting_for(rollout, &others);
+            tracing::info!(
+                waits_for = ?others
+                    .iter()
+                    .filter(|other| collection::holding_back(other.status.as_ref()).is_some())
+                    .map(|other| format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any()))
+                    .collect::<Vec<_>>(),
+                "another writer of the target has not reached every region; nothing collected"
+            );
+        }
     }
 }
 
-/// The progress of every other rollout whose target is this rollout's, in any namespace
-/// (found by the CRD's selectable fields, so only they are read).
+/// Who holds collection back, in words for the status: the first other writer that
+/// has not reached every region, named only when it is in the rollout's own namespace
+/// (another team's rollout names are none of this status's business).
+fn waiting_for(rollout: &ConfigRollout, others: &[ConfigRollout]) -> Option<String> {
+    others.iter().find_map(|other| {
+        let why = collection::holding_back(other.status.as_ref())?;
+        let who = if other.namespace() == rollout.namespace() {
+            format!("rollout {}", other.name_any())
+        } else {
+            "a rollout in another namespace".to_owned()
+        };
+        Some(format!(
+            "{who} also writes configmap {}/{} and {why}: tombstones wait for it",
+            rollout.spec.target.namespace, rollout.spec.target.name
+        ))
+    })
+}
+
+/// Every other rollout whose target is this rollout's, in any namespace (found by the
+/// CRD's selectable fields, so only they are read).
 async fn other_writers(
     ctx: &Context,
     rollout: &ConfigRollout,
-) -> Result<Vec<WriterProgress>, HubError> {
+) -> Result<Vec<ConfigRollout>, HubError> {
     let target = &rollout.spec.target;
     let selector = format!(
         "spec.target.namespace={},spec.target.name={}",
@@ -61,8 +96,7 @@ async fn other_writers(
     let own_uid = rollout.uid();
     Ok(listed
         .items
-        .iter()
+        .into_iter()
         .filter(|other| other.uid() != own_uid)
-        .map(|other| collection::progress_of(other.status.as_ref()))
         .collect())
 }

@@ -6,6 +6,7 @@ pub mod act;
 pub mod admission_policies;
 mod claims;
 mod collect;
+pub mod digest_keys;
 mod error;
 pub mod events;
 #[cfg(feature = "fault-injection")]
@@ -31,7 +32,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::api::ConfigRollout;
-use crate::crdt::{DigestKey, Hlc, Stamp, WriterId};
+use crate::crdt::{Hlc, Stamp, WriterId};
 use crate::engine;
 use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
@@ -79,8 +80,8 @@ pub struct Context {
     pub hub_cache: hub_cache::HubCache,
     /// Clients of the regions.
     pub region_clients: RegionClients,
-    /// Key of every digest.
-    pub digest_key: DigestKey,
+    /// Key of every digest and companion MAC, read again when its Secret changes.
+    pub digest_keys: Arc<digest_keys::DigestKeys>,
     /// The hybrid logical clock stamps are minted from (its writer is replaced by the
     /// rollout's or the adopting writer's).
     pub clock: Mutex<Hlc>,

@@ -117,7 +117,7 @@ pub async fn observe(
                 // again would re-run every stage, gate and approval.
                 recorded
             } else {
-                desired_digest(&ctx.digest_key, desired)
+                desired_digest(&ctx.digest_keys.current(), desired)
             },
             keys_set: changes.map_or(u32::try_from(desired.len()).unwrap_or(u32::MAX), |c| c.set),
             keys_removed: changes.map_or(0, |c| c.removed),

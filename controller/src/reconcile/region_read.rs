@@ -7,13 +7,14 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::Context;
+use super::digest_keys::FORCED_RELOAD_INTERVAL;
 use crate::api::{ConfigRollout, ExpandContract, Region, RevisionStep, TargetRef};
-use crate::crdt::Stamp;
+use crate::crdt::{DigestKey, Stamp};
 use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
 use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence};
-use crate::regions::store::{self, Ownership, Snapshot};
+use crate::regions::store::{self, Ownership, Snapshot, StateSignature};
 use crate::telemetry::metrics::{StateRefusal, WriteKind};
 
 /// Who writes what in a region's target, beyond the evidence the engine reads.
@@ -81,18 +82,13 @@ pub async fn read_region(
         }
     };
     let objects = ctx.region_clients.objects(region, &target.namespace);
-    let inspected = store::inspect(
-        &client,
-        &ctx.digest_key,
-        &target.namespace,
-        &target.name,
-        Some(&objects),
-    )
-    .await;
+    let (key, inspected) = inspect_with_held_key(ctx, &client, target, &objects).await;
     match inspected {
         Ok(inspection) => {
-            if inspection.unsigned {
-                sign_unsigned_state(ctx, rollout, &client, &objects, &observation.name).await;
+            observation.state_key_id = inspection.signature.key_id(&key);
+            if inspection.signature.needs_signing(&key) {
+                sign_with_current_key(ctx, &key, rollout, &client, &objects, &observation.name)
+                    .await;
             }
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
@@ -159,8 +155,9 @@ pub async fn read_region(
                 // A target whose digest is not its companion's has not caught up: the
                 // second write of a merge did not happen (a conflict, a crash). The
                 // region does not hold the revision yet; the next merge finishes it.
-                let caught_up =
-                    inspection.target_digest.as_deref() == Some(inspection.digest.as_str());
+                let caught_up = inspection.target_digest.as_deref().is_some_and(|digest| {
+                    crate::crdt::digest_matches(&key, &inspection.replica, digest)
+                });
                 observation.applied =
                     found
                         .applied
@@ -205,11 +202,59 @@ pub async fn read_region(
 
 /// The latest stamp of `replica` within the drift bound, and how many of the rollout's
 /// keys (declared now, or held by its current revision) carry a stamp beyond it.
-/// Signs a region's state written before MACs (trusted under `--accept-unsigned-states`),
-/// so that it verifies once the flag is off. A failure is logged: the next read tries
-/// again.
-async fn sign_unsigned_state(
+/// Inspects the region's replica with the key this process holds. A state signed with a
+/// key id the process does not know may be a rotation another replica read first: the
+/// key Secret is read again (at most every [`FORCED_RELOAD_INTERVAL`]) and, if the key
+/// changed, the region is inspected again before anyone calls its state tampered.
+async fn inspect_with_held_key(
     ctx: &Context,
+    client: &kube::Client,
+    target: &TargetRef,
+    objects: &crate::regions::object_cache::RegionObjects<'_>,
+) -> (
+    DigestKey,
+    Result<store::Inspection, crate::regions::RegionError>,
+) {
+    let key = ctx.digest_keys.current();
+    let inspected =
+        store::inspect(client, &key, &target.namespace, &target.name, Some(objects)).await;
+    let unknown_key = match &inspected {
+        Ok(inspection) => match &inspection.signature {
+            StateSignature::Mismatch {
+                claimed_key_id: Some(id),
+            } => !key.knows_id(id),
+            _ => false,
+        },
+        Err(_) => false,
+    };
+    if !unknown_key {
+        return (key, inspected);
+    }
+    match ctx
+        .digest_keys
+        .reload(&ctx.hub, FORCED_RELOAD_INTERVAL)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return (key, inspected),
+        Err(error) => {
+            tracing::warn!(%error, "digest key Secret not read again");
+            return (key, inspected);
+        }
+    }
+    let key = ctx.digest_keys.current();
+    let inspected =
+        store::inspect(client, &key, &target.namespace, &target.name, Some(objects)).await;
+    (key, inspected)
+}
+
+/// Signs a region's state with the key in use: one signed with the key a rotation
+/// replaced, or one written before MACs (trusted under `--accept-unsigned-states`), so
+/// that it verifies once that key or flag is gone. A failure is logged: the next read
+/// tries again.
+async fn sign_with_current_key(
+    ctx: &Context,
+    key: &DigestKey,
     rollout: &ConfigRollout,
     client: &kube::Client,
     objects: &crate::regions::object_cache::RegionObjects<'_>,
@@ -217,9 +262,9 @@ async fn sign_unsigned_state(
 ) {
     let target = &rollout.spec.target;
     let may_write = || ctx.fence.permits(rollout, WriteKind::RegionObject);
-    match store::sign_unsigned(
+    match store::sign_with_current_key(
         client,
-        &ctx.digest_key,
+        key,
         &target.namespace,
         &target.name,
         &may_write,
@@ -227,7 +272,9 @@ async fn sign_unsigned_state(
     )
     .await
     {
-        Ok(true) => tracing::info!(region, "signed a region state written before MACs"),
+        Ok(true) => {
+            tracing::info!(region, key_id = %key.id(), "signed a region state with the key in use");
+        }
         Ok(false) => {}
         Err(error) => tracing::warn!(region, %error, "could not sign a region state"),
     }

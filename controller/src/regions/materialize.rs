@@ -37,6 +37,10 @@ pub const ROLLOUT_ANNOTATION: &str = "configrollout.dev/rollout";
 /// Annotation on the companion: the keyed MAC of its whole encoded state
 /// ([`crate::crdt::state_mac`]), checked on every read.
 pub const STATE_MAC_ANNOTATION: &str = "configrollout.dev/state-mac";
+/// Annotation on the companion: the id of the key that made its MAC
+/// ([`crate::crdt::DigestKey::id`], public), so that a process holding an older key can
+/// tell a rotation it has not read yet from a forgery.
+pub const STATE_KEY_ID_ANNOTATION: &str = "configrollout.dev/state-key-id";
 /// Key of the companion's `data` holding the encoded replica.
 pub const STATE_KEY: &str = "state";
 /// Suffix of the companion ConfigMap's name (reserved: no target may end with it).
@@ -152,8 +156,10 @@ pub fn plan(
         None if target.and_then(|t| t.digest.as_ref()).is_some() => {
             let mut candidate = Replica::new();
             candidate.apply(request.delta);
-            let candidate_digest = crdt::revision_digest(key, &candidate);
-            if target.and_then(|t| t.digest.as_ref()) != Some(&candidate_digest) {
+            if !target
+                .and_then(|t| t.digest.as_deref())
+                .is_some_and(|digest| crdt::digest_matches(key, &candidate, digest))
+            {
                 return Err(RegionError::CompanionMissing);
             }
             Replica::new()

@@ -21,12 +21,12 @@ use kube::{Client, Resource, ResourceExt};
 use super::RegionError;
 use super::materialize::{
     self, Compaction, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
-    ROLLOUT_ANNOTATION, STATE_KEY, STATE_MAC_ANNOTATION, TargetView,
+    ROLLOUT_ANNOTATION, STATE_KEY, STATE_KEY_ID_ANNOTATION, STATE_MAC_ANNOTATION, TargetView,
 };
 use super::object_cache::{Known, RegionObjects};
 use crate::api::DriftPolicy;
 use crate::api_call;
-use crate::crdt::{self, Delta, DigestKey, Replica, Stamp, WriterId};
+use crate::crdt::{self, Delta, DigestKey, MacCheck, Replica, Stamp, WriterId};
 
 /// How long one API call may take before the region counts as unreachable for this pass.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -247,9 +247,9 @@ pub struct Inspection {
     pub overridden_keys: Vec<String>,
     /// Whether the target exists and who manages it.
     pub ownership: Ownership,
-    /// Whether the companion's state carries no MAC (read only when the key accepts
-    /// unsigned states; [`sign_unsigned`] signs it).
-    pub unsigned: bool,
+    /// Which key signed the companion's state; one the key still trusts but that is not
+    /// its current key's is signed again by [`sign_with_current_key`].
+    pub signature: StateSignature,
     /// The objects read, for a [`materialize`] that follows in the same reconcile.
     pub read: Snapshot,
 }
@@ -332,7 +332,7 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
             drifted_keys: Vec::new(),
             overridden_keys: Vec::new(),
             ownership,
-            unsigned: false,
+            signature: current.signature(identity),
             read: Snapshot(current),
         });
     }
@@ -355,17 +355,62 @@ fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, Re
         drifted_keys: plan.drifted_keys,
         overridden_keys: plan.overridden_keys,
         ownership,
-        unsigned: current.companion_is_unsigned(),
+        signature: current.signature(identity),
         read: Snapshot(current),
     })
 }
 
-/// Signs, in place, a companion state that carries no MAC (one a release before MACs
-/// wrote, trusted because the key accepts unsigned states): reads it fresh, and writes
-/// the MAC annotation only if it is still unsigned and decodes, conditionally on the
-/// version read, noting the result in `objects`. Returns whether it wrote. `may_write` is
-/// asked just before the write.
-pub async fn sign_unsigned(
+/// Which key signed a companion's state, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateSignature {
+    /// Nothing to sign: no companion, or one without a state.
+    NoState,
+    /// The key in use.
+    Current,
+    /// The key the one in use replaced (a rotation under way): trusted, and signed again
+    /// with the current key at the next read.
+    Previous,
+    /// No MAC at all: trusted only while the key accepts unsigned states (an upgrade
+    /// aid), and then signed at the next read.
+    Unsigned,
+    /// Neither key: edited outside configrollout, or signed by a key this process does
+    /// not hold yet. `claimed_key_id` is the key id the companion names, if any: one the
+    /// process does not know is worth a fresh read of the key Secret before calling the
+    /// state tampered.
+    Mismatch {
+        /// The companion's `configrollout.dev/state-key-id`, if it has one.
+        claimed_key_id: Option<String>,
+    },
+}
+
+impl StateSignature {
+    /// Whether the state must be signed again with the current key (it is trusted, but
+    /// not under that key).
+    pub fn needs_signing(&self, key: &DigestKey) -> bool {
+        match self {
+            StateSignature::Previous => true,
+            StateSignature::Unsigned => key.accepts_unsigned_states(),
+            _ => false,
+        }
+    }
+
+    /// The id of the key the state is signed with, when it is one this process holds.
+    pub fn key_id(&self, key: &DigestKey) -> Option<String> {
+        match self {
+            StateSignature::Current => Some(key.id()),
+            StateSignature::Previous => key.previous_id(),
+            _ => None,
+        }
+    }
+}
+
+/// Signs again, in place, a companion state the key trusts but did not sign with its
+/// current key: one signed with the key a rotation replaced, or one without a MAC (a
+/// release before MACs wrote it, trusted because the key accepts unsigned states). Reads
+/// it fresh, and writes the MAC and key id annotations only if it still needs them and
+/// decodes, conditionally on the version read, noting the result in `objects`. Returns
+/// whether it wrote. `may_write` is asked just before the write.
+pub async fn sign_with_current_key(
     client: &Client,
     key: &DigestKey,
     namespace: &str,
@@ -381,8 +426,7 @@ pub async fn sign_unsigned(
         namespace,
         name,
     };
-    if !key.accepts_unsigned_states()
-        || !current.companion_is_unsigned()
+    if !current.signature(identity).needs_signing(key)
         || current.ownership(identity) != Ownership::Managed
     {
         return Ok(false);
@@ -401,10 +445,7 @@ pub async fn sign_unsigned(
     crdt::decode(&state).map_err(|source| RegionError::MalformedCompanion {
         reason: source.to_string(),
     })?;
-    companion.annotations_mut().insert(
-        STATE_MAC_ANNOTATION.to_owned(),
-        crdt::state_mac(key, namespace, name, &state),
-    );
+    sign(&mut companion, identity, &state);
     if !may_write() {
         return Err(RegionError::NotLeader);
     }
@@ -469,29 +510,35 @@ impl Pair {
     /// Whether the companion's state lacks the MAC the key gives it for this target. An
     /// empty companion (no state) has nothing to forge; any state must be signed.
     fn companion_is_tampered(&self, identity: Identity<'_>) -> bool {
-        let Some(view) = &self.companion_view else {
-            return false;
-        };
-        let Some(state) = view.state.as_deref() else {
-            return false;
-        };
-        match view.mac.as_deref() {
-            Some(mac) => !crdt::state_mac_matches(
-                identity.key,
-                identity.namespace,
-                identity.name,
-                state,
-                mac,
-            ),
-            None => !identity.key.accepts_unsigned_states(),
+        match self.signature(identity) {
+            StateSignature::Mismatch { .. } => true,
+            StateSignature::Unsigned => !identity.key.accepts_unsigned_states(),
+            StateSignature::NoState | StateSignature::Current | StateSignature::Previous => false,
         }
     }
 
-    /// Whether the companion holds a state with no MAC (trusted only as an upgrade aid).
-    fn companion_is_unsigned(&self) -> bool {
-        self.companion_view
-            .as_ref()
-            .is_some_and(|view| view.state.is_some() && view.mac.is_none())
+    /// Which key signed the companion's state.
+    fn signature(&self, identity: Identity<'_>) -> StateSignature {
+        let Some(view) = &self.companion_view else {
+            return StateSignature::NoState;
+        };
+        let Some(state) = view.state.as_deref() else {
+            return StateSignature::NoState;
+        };
+        let Some(mac) = view.mac.as_deref() else {
+            return StateSignature::Unsigned;
+        };
+        match crdt::state_mac_check(identity.key, identity.namespace, identity.name, state, mac) {
+            MacCheck::Current => StateSignature::Current,
+            MacCheck::Previous => StateSignature::Previous,
+            MacCheck::Mismatch => StateSignature::Mismatch {
+                claimed_key_id: self
+                    .companion
+                    .as_ref()
+                    .and_then(|cm| cm.annotations().get(STATE_KEY_ID_ANNOTATION))
+                    .map(|id| id.chars().take(64).collect()),
+            },
+        }
     }
 }
 
@@ -679,19 +726,29 @@ pub(super) fn signed_companion(
         },
         ..ConfigMap::default()
     });
+    companion
+        .annotations_mut()
+        .insert(DIGEST_ANNOTATION.to_owned(), digest.to_owned());
+    sign(&mut companion, identity, &encoded_state);
+    companion.data = Some(BTreeMap::from([(STATE_KEY.to_owned(), encoded_state)]));
+    companion
+}
+
+/// Puts the MAC of `encoded_state` for `identity`'s target on `companion`, and the id of
+/// the key that made it (public: it tells a process that has not read a rotated key yet
+/// from a forgery).
+fn sign(companion: &mut ConfigMap, identity: Identity<'_>, encoded_state: &str) {
     let annotations = companion.annotations_mut();
-    annotations.insert(DIGEST_ANNOTATION.to_owned(), digest.to_owned());
     annotations.insert(
         STATE_MAC_ANNOTATION.to_owned(),
         crdt::state_mac(
             identity.key,
             identity.namespace,
             identity.name,
-            &encoded_state,
+            encoded_state,
         ),
     );
-    companion.data = Some(BTreeMap::from([(STATE_KEY.to_owned(), encoded_state)]));
-    companion
+    annotations.insert(STATE_KEY_ID_ANNOTATION.to_owned(), identity.key.id());
 }
 
 fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {

@@ -203,6 +203,7 @@ impl World {
                     overridden_keys: Vec::new(),
                     future_stamped_keys: region.future_stamped_keys,
                     tampered: region.tampered,
+                    state_key_id: None,
                     tombstones: 0,
                 })
                 .collect(),

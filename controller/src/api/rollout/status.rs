@@ -66,6 +66,12 @@ pub struct ConfigRolloutStatus {
     /// write to each region, and from the next revision's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collected_through: Option<String>,
+    /// Why the target's tombstones are not collected although this rollout is Complete
+    /// everywhere: another rollout writing the same target has not reached every region
+    /// (it is named when it is in this namespace; the controller's log names it always).
+    /// Until it does, removed keys stay in every region's state as tombstones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection_waits_for: Option<String>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
     /// Complete, Drifted, InvalidSpec, AdmissionPolicies, ReconcileFailed; and kstatus's
     /// Ready (True once Complete), Reconciling and Stalled (abnormal-true), which Flux, kpt
@@ -339,6 +345,10 @@ pub struct RegionRolloutStatus {
     /// Keys held by a regional override (names only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overridden_keys: Vec<String>,
+    /// Id of the digest key its state is signed with (public, 16 hex digits): every
+    /// region names the key in use once a rotation has reached it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_key_id: Option<String>,
     /// Last error talking to the region (no configuration values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
