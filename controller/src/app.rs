@@ -316,6 +316,21 @@ pub struct Options {
         default_missing_value = "true"
     )]
     pub four_eyes: bool,
+    /// Count approvals although policies/stageapproval-approver.yaml is not installed:
+    /// say so only when the platform binds a StageApproval's spec.approver to the user
+    /// who creates it another way (its own admission policy or webhook). Without either,
+    /// no approval counts.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_APPROVER_ENFORCED_EXTERNALLY",
+        hide_env_values = true,
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true"
+    )]
+    pub approver_enforced_externally: bool,
 }
 
 impl Options {
@@ -491,6 +506,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         superseded: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
+        approver_enforced_externally: options.approver_enforced_externally,
         gate_settle_time: options.gate_settle_time,
         policies: Default::default(),
     });

@@ -269,6 +269,8 @@ fn full_status_round_trips() {
             keys_set: 2,
             keys_removed: 1,
             outcome: None,
+            authors: Vec::new(),
+            authors_unknown: None,
         }],
         conditions: vec![Condition {
             type_: api::conditions::AWAITING_APPROVAL.into(),
@@ -617,3 +619,36 @@ fn spec_round_trips_through_the_yaml_crdgen_writes() {
 
 #[allow(dead_code)]
 fn _spec_type_is_public(_: ConfigRolloutSpec) {}
+
+/// `policies/spec-author.yaml` makes an author of whoever changes any spec field but
+/// `paused`: it compares the fields one by one, so a field added to the spec must be
+/// added there too, or changing it would make no one an author.
+#[test]
+fn the_spec_author_policy_compares_every_spec_field_but_paused() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(configrollout::api::ConfigRollout::crd()).unwrap();
+    let fields: Vec<String> = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        ["spec"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|field| field.as_str() != "paused")
+        .cloned()
+        .collect();
+    assert!(fields.len() > 10, "{fields:?}");
+    let policy = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/spec-author.yaml"),
+    )
+    .unwrap();
+    for field in &fields {
+        let compared = format!("object.spec.?{field} != oldObject.spec.?{field}");
+        assert!(
+            policy.contains(&compared),
+            "the policy does not compare spec.{field}"
+        );
+    }
+    assert!(
+        !policy.contains("spec.?paused"),
+        "a pause must make no one an author"
+    );
+}

@@ -9,7 +9,7 @@ mod support;
 
 use chrono::TimeDelta;
 use configrollout::api::{ApprovalRecord, RolloutPhase, StageState, conditions};
-use configrollout::engine::{Action, ApprovalObservation};
+use configrollout::engine::{Action, ApprovalObservation, ApproverBinding};
 use proptest::prelude::*;
 use serde_json::json;
 use support::{World, spec};
@@ -45,6 +45,7 @@ struct Attempt {
     before_declaration: bool,
     by_author: bool,
     forge_status: bool,
+    other_revision: bool,
 }
 
 fn attempt() -> impl Strategy<Value = Attempt> {
@@ -54,14 +55,25 @@ fn attempt() -> impl Strategy<Value = Attempt> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(right_uid, right_digest, before_declaration, by_author, forge_status)| Attempt {
+            |(
                 right_uid,
                 right_digest,
                 before_declaration,
                 by_author,
                 forge_status,
+                other_revision,
+            )| {
+                Attempt {
+                    right_uid,
+                    right_digest,
+                    before_declaration,
+                    by_author,
+                    forge_status,
+                    other_revision,
+                }
             },
         )
 }
@@ -80,7 +92,12 @@ fn approval(world: &World, attempt: &Attempt, index: usize) -> ApprovalObservati
             "uid-of-a-deleted-rollout".into()
         },
         stage: "prod".into(),
-        revision: "r1".into(),
+        // An approval of another revision, with the digest of the one rolling out.
+        revision: if attempt.other_revision {
+            "r2".into()
+        } else {
+            "r1".into()
+        },
         revision_digest: if attempt.right_digest {
             world.revision_digest("r1")
         } else {
@@ -97,11 +114,48 @@ fn approval(world: &World, attempt: &Attempt, index: usize) -> ApprovalObservati
     }
 }
 
-fn counts(attempt: &Attempt, four_eyes: bool) -> bool {
+/// What binds an approval's approver to its creator, in the property's worlds.
+#[derive(Debug, Clone, Copy)]
+enum Binding {
+    /// `--approver-enforced-externally`.
+    External,
+    /// Neither the policy nor the flag.
+    Missing,
+    /// The policy, installed after the approvals were made.
+    PolicyAfter,
+    /// The policy, installed before.
+    PolicyBefore,
+}
+
+fn binding() -> impl Strategy<Value = Binding> {
+    prop_oneof![
+        Just(Binding::External),
+        Just(Binding::Missing),
+        Just(Binding::PolicyAfter),
+        Just(Binding::PolicyBefore),
+    ]
+}
+
+fn approver_binding(world: &World, binding: Binding) -> ApproverBinding {
+    match binding {
+        Binding::External => ApproverBinding::External,
+        Binding::Missing => ApproverBinding::Missing,
+        Binding::PolicyAfter => ApproverBinding::Policy {
+            since: world.now + TimeDelta::hours(2),
+        },
+        Binding::PolicyBefore => ApproverBinding::Policy {
+            since: world.now - TimeDelta::hours(2),
+        },
+    }
+}
+
+fn counts(attempt: &Attempt, four_eyes: bool, binding: Binding) -> bool {
     attempt.right_uid
         && attempt.right_digest
+        && !attempt.other_revision
         && !attempt.before_declaration
         && !(four_eyes && attempt.by_author)
+        && matches!(binding, Binding::External | Binding::PolicyBefore)
 }
 
 proptest! {
@@ -110,9 +164,11 @@ proptest! {
     #[test]
     fn only_a_true_approval_opens_the_stage(
         four_eyes in any::<bool>(),
+        binding in binding(),
         attempts in prop::collection::vec(attempt(), 0..4),
     ) {
         let mut world = world(four_eyes);
+        world.approver_binding = approver_binding(&world, binding);
         world.run(3, 15);
         prop_assert_eq!(world.status.phase, Some(RolloutPhase::AwaitingApproval));
         for (index, attempt) in attempts.iter().enumerate() {
@@ -131,7 +187,7 @@ proptest! {
             world.approvals.push(observation);
             world.run(3, 15);
         }
-        let approved = attempts.iter().any(|attempt| counts(attempt, four_eyes));
+        let approved = attempts.iter().any(|attempt| counts(attempt, four_eyes, binding));
         if approved {
             world.run(6, 15);
             prop_assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
@@ -229,7 +285,7 @@ fn an_approval_by_the_author_under_four_eyes_is_refused_and_said_so() {
     assert!(
         awaiting
             .message
-            .contains("by author refused: author last changed the spec"),
+            .contains("by author refused: author changed what r1 declares (authors: author)"),
         "{}",
         awaiting.message
     );
@@ -253,6 +309,59 @@ fn an_approval_by_the_author_under_four_eyes_is_refused_and_said_so() {
     );
 }
 
+/// Issue 28: whoever changed a `fromConfigMap` source is an author of the revision it
+/// declared, as much as the spec's author: under four-eyes neither may approve it.
+#[test]
+fn an_editor_of_the_source_may_not_approve_the_revision_it_declared() {
+    let mut world = world(true);
+    world.source_author = Some(Ok("alice".into()));
+    world.run(3, 15);
+    assert_eq!(world.status.history[0].authors, ["author", "alice"]);
+    world.approve_as("alice", "alice-approves-her-edit", "prod", "r1");
+    world.run(3, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert!(
+        awaiting.message.contains(
+            "approval alice-approves-her-edit by alice refused: alice changed what r1 \
+             declares (authors: author, alice)"
+        ),
+        "{}",
+        awaiting.message
+    );
+    world.approve_as("bob", "bobs", "prod", "r1");
+    world.run(6, 15);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+}
+
+/// A source whose editors nothing stamps: under four-eyes no approval counts, and the
+/// reason is said.
+#[test]
+fn a_source_nobody_stamps_fails_four_eyes_closed() {
+    let mut world = world(true);
+    world.source_author = Some(Err("the source ConfigMap team/src is not labelled".into()));
+    world.run(3, 15);
+    world.approve_as("bob", "bobs", "prod", "r1");
+    world.run(4, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert!(
+        awaiting
+            .message
+            .contains("who changed what r1 declares is not known (the source ConfigMap team/src is not labelled)"),
+        "{}",
+        awaiting.message
+    );
+    // Without four-eyes, who changed it does not matter.
+    let mut relaxed = World::new(world.spec.clone(), &REGIONS);
+    relaxed.spec.four_eyes = false;
+    relaxed.source_author = world.source_author.clone();
+    relaxed.run(3, 15);
+    relaxed.approve_as("bob", "bobs", "prod", "r1");
+    relaxed.run(6, 15);
+    assert_eq!(relaxed.status.phase, Some(RolloutPhase::Complete));
+}
+
 #[test]
 fn four_eyes_without_a_known_author_fails_closed() {
     let mut world = world(false);
@@ -265,6 +374,52 @@ fn four_eyes_without_a_known_author_fails_closed() {
     let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
     assert!(
         awaiting.message.contains("spec-author"),
+        "{}",
+        awaiting.message
+    );
+}
+
+#[test]
+fn without_the_approver_policy_no_approval_counts_and_the_condition_says_why() {
+    let mut world = world(false);
+    world.approver_binding = ApproverBinding::Missing;
+    world.run(3, 15);
+    world.approve_as("bob", "bobs-approval", "prod", "r1");
+    world.run(4, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert_eq!(awaiting.reason, "ApprovalRefused");
+    assert!(
+        awaiting
+            .message
+            .contains("approval bobs-approval by bob not counted: nothing binds spec.approver")
+            && awaiting.message.contains("--approver-enforced-externally"),
+        "{}",
+        awaiting.message
+    );
+    // Installed since before the approval was made: it counts.
+    world.approver_binding = ApproverBinding::Policy {
+        since: world.now - TimeDelta::hours(1),
+    };
+    world.run(6, 15);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+}
+
+#[test]
+fn an_approval_made_before_the_policy_was_installed_does_not_count() {
+    let mut world = world(false);
+    world.run(3, 15);
+    world.approve_as("bob", "early", "prod", "r1");
+    world.approver_binding = ApproverBinding::Policy {
+        since: world.now + TimeDelta::minutes(5),
+    };
+    world.run(4, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert!(
+        awaiting
+            .message
+            .contains("approval early by bob refused: it was made before the approver policy"),
         "{}",
         awaiting.message
     );
@@ -314,5 +469,29 @@ fn requests_written_with_fractions_of_a_second_act_once() {
         world.status.phase,
         Some(RolloutPhase::Halted),
         "and the abort stays settled"
+    );
+}
+
+/// An approval made in the very second the policy was installed (creation times have
+/// whole seconds) may have been made before it: it does not count.
+#[test]
+fn an_approval_in_the_second_the_policy_was_installed_does_not_count() {
+    let mut world = world(false);
+    world.approver_binding = ApproverBinding::Missing;
+    world.run(3, 15);
+    world.approve_as("alice", "same-second", "prod", "r1");
+    world.run(1, 15);
+    world.approver_binding = ApproverBinding::Policy {
+        since: world.now - TimeDelta::seconds(15),
+    };
+    world.run(4, 15);
+    assert_eq!(prod_publishes(&world), 0);
+    let awaiting = world.condition(conditions::AWAITING_APPROVAL).unwrap();
+    assert!(
+        awaiting.message.contains(
+            "same-second by alice refused: it was made before the approver policy was installed"
+        ),
+        "{}",
+        awaiting.message
     );
 }

@@ -569,6 +569,15 @@ impl Lab {
         manifests::apply_path(&self.client(cluster, user)?, path).await
     }
 
+    /// Installs `policies/stageapproval-approver.yaml` in the hub, as a platform does:
+    /// the apiserver then binds a StageApproval's `spec.approver` to its creator, and
+    /// without it the controller counts no approval. Before the controller starts, so that
+    /// its first look finds it.
+    pub async fn install_approver_policy(&self) -> Result<(), LabError> {
+        let path = repository_root().join("policies/stageapproval-approver.yaml");
+        self.apply(HUB, User::Admin, &path).await.map(|_| ())
+    }
+
     /// Starts `program` beside the lab (wrapped so that it dies with the lab), its output
     /// in `<lab>/<what>.log`.
     pub fn spawn(

@@ -232,14 +232,24 @@ async fn let_alice_author_rollouts(world: &World) {
             namespace: Some(TEAM.into()),
             ..ObjectMeta::default()
         },
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["configrollout.dev".into()]),
-            resources: Some(vec!["configrollouts".into()]),
-            verbs: ["create", "update", "patch", "get"]
-                .map(String::from)
-                .to_vec(),
-            ..PolicyRule::default()
-        }]),
+        rules: Some(vec![
+            PolicyRule {
+                api_groups: Some(vec!["configrollout.dev".into()]),
+                resources: Some(vec!["configrollouts".into()]),
+                verbs: ["create", "update", "patch", "get"]
+                    .map(String::from)
+                    .to_vec(),
+                ..PolicyRule::default()
+            },
+            // She may edit ConfigMaps of the team namespace, a rollout's source among
+            // them, as a team's members and its CI do.
+            PolicyRule {
+                api_groups: Some(vec!["".into()]),
+                resources: Some(vec!["configmaps".into()]),
+                verbs: ["update", "patch", "get"].map(String::from).to_vec(),
+                ..PolicyRule::default()
+            },
+        ]),
     };
     let binding = RoleBinding {
         metadata: ObjectMeta {
@@ -275,7 +285,11 @@ async fn let_alice_author_rollouts(world: &World) {
 /// Installs both shipped approval policies as the admin and waits until the apiserver
 /// enforces them (server-side dry runs, which run admission and store nothing).
 async fn install_policies(world: &World) {
-    for file in ["stageapproval-approver.yaml", "spec-author.yaml"] {
+    for file in [
+        "stageapproval-approver.yaml",
+        "spec-author.yaml",
+        "source-author.yaml",
+    ] {
         let path = configrollout_e2e::repository_root()
             .join("policies")
             .join(file);
@@ -327,6 +341,30 @@ async fn install_policies(world: &World) {
         .then_some(())
     })
     .await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert("configrollout.dev/source".to_owned(), "true".to_owned());
+    let labelled = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("source-policy-probe".into()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    eventually("the source-author policy is in force", PROGRESS, || async {
+        let admitted = tokio::time::timeout(CALL, configmaps.create(&dry_run, &labelled))
+            .await
+            .expect("the hub answers")
+            .expect("the admin may create ConfigMaps");
+        (admitted
+            .annotations()
+            .get("configrollout.dev/data-author")
+            .map(String::as_str)
+            == Some("admin"))
+        .then_some(())
+    })
+    .await;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -349,10 +387,49 @@ async fn a_hub_without_the_policies_says_so(world: &World) {
         "names both missing policies: {}",
         missing.message
     );
+    assert!(
+        missing.message.contains("no StageApproval counts"),
+        "{}",
+        missing.message
+    );
+    // Fail closed (issue 28): nothing binds spec.approver to its creator yet, so an
+    // approval (here a truthful one) is not counted, and the rollout says why.
+    let waiting = world
+        .wait_phase("unguarded", "AwaitingApproval", PROGRESS)
+        .await;
+    approve(
+        world,
+        User::ApproverAlice,
+        &waiting,
+        "prod",
+        "unguarded-early",
+    )
+    .await;
+    let refused = eventually(
+        "unguarded: the approval is not counted",
+        PROGRESS,
+        || async {
+            let c = condition(&world.rollout("unguarded").await, "AwaitingApproval")?;
+            (c.reason == "ApprovalRefused").then_some(c)
+        },
+    )
+    .await;
+    assert!(
+        refused
+            .message
+            .contains("approval unguarded-early by approver-alice not counted"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        stage(&world.rollout("unguarded").await, "prod").approval,
+        None
+    );
+    assert!(world.target_data("region-2", "unguarded").await.is_none());
 }
 
-/// Once installed, the same rollout reports them present (the controller looks again at
-/// most once a minute).
+/// Once installed, the same rollout reports them present (the controller looks again within
+/// seconds while the approver policy is missing), and approvals count from then on.
 async fn the_hub_with_the_policies_says_so(world: &World) {
     let deadline = PROGRESS + Duration::from_secs(60);
     let present = eventually("unguarded: AdmissionPolicies True", deadline, || async {
@@ -361,6 +438,41 @@ async fn the_hub_with_the_policies_says_so(world: &World) {
     })
     .await;
     assert!(!present.message.contains("missing"), "{}", present.message);
+    // The approval made before the policy was in place still does not count (nothing
+    // checked who made it); one made now does.
+    let refused = eventually(
+        "unguarded: the early approval is refused",
+        PROGRESS,
+        || async {
+            let c = condition(&world.rollout("unguarded").await, "AwaitingApproval")?;
+            c.message
+                .contains("made before the approver policy was installed")
+                .then_some(c)
+        },
+    )
+    .await;
+    assert!(
+        refused.message.contains("unguarded-early"),
+        "{}",
+        refused.message
+    );
+    let waiting = world.rollout("unguarded").await;
+    approve(
+        world,
+        User::ApproverAlice,
+        &waiting,
+        "prod",
+        "unguarded-now",
+    )
+    .await;
+    let done = world.wait_phase("unguarded", "Complete", PROGRESS).await;
+    assert_eq!(
+        stage(&done, "prod")
+            .approval
+            .as_ref()
+            .map(|a| a.name.as_str()),
+        Some("unguarded-now")
+    );
 }
 
 /// The author annotation is the apiserver's: what alice writes into it herself, on
@@ -403,6 +515,17 @@ async fn the_apiserver_stamps_the_spec_author(world: &World) {
     )
     .await;
     assert_eq!(author_of(world, name).await.as_deref(), Some("admin"));
+    // Pausing and resuming someone else's rollout changes nothing it declares: she does
+    // not become the author (so the real author cannot approve behind her).
+    for paused in [true, false] {
+        let pause = serde_json::json!({"spec": {"paused": paused}});
+        within(
+            "alice pauses or resumes",
+            alice.patch(name, &PatchParams::default(), &Patch::Merge(&pause)),
+        )
+        .await;
+        assert_eq!(author_of(world, name).await.as_deref(), Some("admin"));
+    }
     // Changing the spec herself makes her the author again.
     let change = serde_json::json!({"spec": {"data": {"limit": "30"}}});
     within(
@@ -522,6 +645,119 @@ async fn four_eyes_refuses_the_authors_own_approval(world: &World) {
         assert_eq!(
             world.target_data(region, name).await,
             Some(data(&[("limit", "10")])),
+            "{region}"
+        );
+    }
+}
+
+/// Issue 28: the author of a change approved it under four-eyes by editing the
+/// `fromConfigMap` source of someone else's rollout. The source's editor is stamped by
+/// the apiserver (`policies/source-author.yaml`) and recorded among the authors of the
+/// revision it declared; her approval of it is refused, naming both users, and nothing
+/// of it reaches the approval stage; a second person's approval goes through.
+async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World) {
+    let name = "sourced";
+    let source = "sourced-src";
+    let configmaps: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert("configrollout.dev/source".to_owned(), "true".to_owned());
+    let created = within(
+        "the admin creates the source",
+        configmaps.create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(source.into()),
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                },
+                data: Some(data(&[("limit", "1")])),
+                ..ConfigMap::default()
+            },
+        ),
+    )
+    .await;
+    assert_eq!(
+        created
+            .annotations()
+            .get("configrollout.dev/data-author")
+            .map(String::as_str),
+        Some("admin"),
+        "the apiserver stamps the source's author"
+    );
+    let yaml = staged(name, &[("unused", "x")], "  fourEyes: true\n").replace(
+        "  data:\n    unused: \"x\"\n",
+        &format!("  fromConfigMap: {{name: {source}}}\n"),
+    );
+    world.create_rollout(&yaml).await;
+    world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+
+    // Alice may edit ConfigMaps in the namespace: she changes the source.
+    let alice_maps: Api<ConfigMap> = Api::namespaced(client(world, User::ApproverAlice), TEAM);
+    let edit = serde_json::json!({"data": {"limit": "2"}});
+    let edited = within(
+        "alice edits the source",
+        alice_maps.patch(source, &PatchParams::default(), &Patch::Merge(&edit)),
+    )
+    .await;
+    assert_eq!(
+        edited
+            .annotations()
+            .get("configrollout.dev/data-author")
+            .map(String::as_str),
+        Some("approver-alice")
+    );
+    let waiting = eventually("r2 awaits approval", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        (revision_of(&rollout) == Some("r2")
+            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    let r2 = waiting
+        .status
+        .as_ref()
+        .and_then(|status| status.history.iter().find(|record| record.name == "r2"))
+        .expect("r2 in history");
+    assert_eq!(r2.authors, ["admin", "approver-alice"], "{r2:?}");
+
+    let own = "sourced-prod-by-alice";
+    approve(world, User::ApproverAlice, &waiting, "prod", own).await;
+    let refused = eventually("alice's approval is refused", PROGRESS, || async {
+        let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
+        (conditions::is_true(&c) && c.message.contains(own)).then_some(c.message)
+    })
+    .await;
+    assert!(
+        refused
+            .contains("approver-alice changed what r2 declares (authors: admin, approver-alice)"),
+        "{refused}"
+    );
+    let event = event(world, name, "ApprovalRefused").await;
+    assert!(
+        event.message.unwrap_or_default().contains("approver-alice"),
+        "the Event names her"
+    );
+    for region in PROD {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region}: nothing reached the approval stage"
+        );
+    }
+    approve(
+        world,
+        User::ApproverBob,
+        &waiting,
+        "prod",
+        "sourced-prod-by-bob",
+    )
+    .await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+    for region in PROD {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("limit", "2")])),
             "{region}"
         );
     }
@@ -1227,6 +1463,126 @@ async fn a_frozen_leader_writes_nothing_after_losing_the_lease(
     standby
 }
 
+/// Issue 28: under GitOps every change is applied by the sync's identity. A platform
+/// names it as a relay in the spec-author policy (here the admin plays Argo CD's
+/// ServiceAccount): its change is stamped with the person in its
+/// `configrollout.dev/change-author` annotation, so four-eyes applies to that person;
+/// a relayed change naming nobody is stamped with nobody, and every approval of it is
+/// refused rather than counted.
+async fn a_gitops_relay_stamps_the_person_it_relays(world: &World) {
+    let shipped = configrollout_e2e::repository_root().join("policies/spec-author.yaml");
+    let text = std::fs::read_to_string(&shipped).expect("the shipped policy");
+    assert!(
+        text.contains("expression: \"[]\""),
+        "the relay list is empty as shipped"
+    );
+    let relaying = text.replace("expression: \"[]\"", "expression: \"['admin']\"");
+    let path = std::env::temp_dir().join(format!("spec-author-relay-{}.yaml", std::process::id()));
+    std::fs::write(&path, relaying).expect("write the platform's copy");
+    world
+        .lab
+        .apply(HUB, User::Admin, &path)
+        .await
+        .expect("the platform names its relay");
+    let with_person = |name: &str, person: Option<&str>, pairs: &[(&str, &str)]| {
+        let mut rollout: ConfigRollout =
+            serde_yaml::from_str(&staged(name, pairs, "  fourEyes: true\n")).expect("YAML");
+        if let Some(person) = person {
+            rollout
+                .annotations_mut()
+                .insert("configrollout.dev/change-author".into(), person.into());
+        }
+        rollout
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let probe = with_person("relay-probe", Some("approver-bob"), &[("k", "v")]);
+    eventually("the relay is in force", PROGRESS, || async {
+        let admitted = within(
+            "dry-run as the relay",
+            world.rollouts().create(&dry_run, &probe),
+        )
+        .await;
+        (admitted.annotations().get(SPEC_AUTHOR).map(String::as_str) == Some("approver-bob"))
+            .then_some(())
+    })
+    .await;
+
+    let name = "relayed";
+    within(
+        "the relay applies alice's change",
+        world.rollouts().create(
+            &PostParams::default(),
+            &with_person(name, Some("approver-alice"), &[("limit", "1")]),
+        ),
+    )
+    .await;
+    assert_eq!(
+        author_of(world, name).await.as_deref(),
+        Some("approver-alice")
+    );
+    let waiting = world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+    approve(
+        world,
+        User::ApproverAlice,
+        &waiting,
+        "prod",
+        "relayed-by-alice",
+    )
+    .await;
+    let refused = eventually(
+        "alice's approval of her own change is refused",
+        PROGRESS,
+        || async {
+            let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
+            c.message.contains("relayed-by-alice").then_some(c.message)
+        },
+    )
+    .await;
+    assert!(refused.contains("approver-alice refused"), "{refused}");
+    approve(world, User::ApproverBob, &waiting, "prod", "relayed-by-bob").await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+
+    // The relay applies a change that names nobody: nobody is its author, and four-eyes
+    // counts no approval of it.
+    let anonymous = serde_json::json!({
+        "metadata": {"annotations": {"configrollout.dev/change-author": null}},
+        "spec": {"data": {"limit": "2"}},
+    });
+    within(
+        "the relay applies a change naming nobody",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&anonymous)),
+    )
+    .await;
+    assert_eq!(author_of(world, name).await, None);
+    let r2 = eventually("r2 awaits approval", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        (revision_of(&rollout) == Some("r2")
+            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    approve(world, User::ApproverBob, &r2, "prod", "relayed-r2-by-bob").await;
+    let refused = eventually("bob's approval is not counted", PROGRESS, || async {
+        let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
+        c.message.contains("relayed-r2-by-bob").then_some(c.message)
+    })
+    .await;
+    assert!(refused.contains("is not known"), "{refused}");
+    for region in PROD {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("limit", "1")])),
+            "{region}: r2 reached the approval stage"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn approvals_aborts_and_stamps_cannot_be_forged_or_outrun() {
     let world = World::start(LabOptions::default()).await;
@@ -1234,12 +1590,13 @@ async fn approvals_aborts_and_stamps_cannot_be_forged_or_outrun() {
     let leader = world.start_controller(LEADER);
     a_hub_without_the_policies_says_so(&world).await;
     install_policies(&world).await;
+    the_hub_with_the_policies_says_so(&world).await;
     the_apiserver_stamps_the_spec_author(&world).await;
     an_approval_in_someone_elses_name_is_refused(&world).await;
     four_eyes_refuses_the_authors_own_approval(&world).await;
+    an_editor_of_the_source_may_not_approve_what_she_changed(&world).await;
     a_forged_status_approves_nothing(&world).await;
     an_approval_made_in_advance_approves_nothing(&world).await;
-    the_hub_with_the_policies_says_so(&world).await;
     let controller = a_frozen_leader_writes_nothing_after_losing_the_lease(&world, leader).await;
     a_retry_dated_ahead_is_refused(&world).await;
     an_abort_outlasts_a_retry_dated_later(&world).await;
@@ -1247,5 +1604,6 @@ async fn approvals_aborts_and_stamps_cannot_be_forged_or_outrun() {
     an_approval_of_a_deleted_rollout_approves_nothing(&world).await;
     a_request_dated_to_the_nanosecond_acts_once(&world).await;
     a_stamp_from_the_future_halts_the_rollout(&world).await;
+    a_gitops_relay_stamps_the_person_it_relays(&world).await;
     controller.stop();
 }

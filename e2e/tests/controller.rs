@@ -1886,6 +1886,11 @@ async fn the_deploy_manifests_are_valid(world: &World) {
 async fn controller_on_the_lab() {
     configrollout_e2e::gitops::ensure_built().expect("gitops-health builds");
     let mut world = World::start(LabOptions::default()).await;
+    world
+        .lab
+        .install_approver_policy()
+        .await
+        .expect("install the approver policy");
     the_deploy_manifests_are_valid(&world).await;
     // No controller has probed the lab's Regions yet: in progress, not current.
     let regions: Api<Region> = Api::all(world.hub.clone());

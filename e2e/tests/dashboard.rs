@@ -230,6 +230,11 @@ async fn load_figures(browser: &Session) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_dashboard_in_a_real_browser() {
     let world = World::start(LabOptions::default()).await;
+    world
+        .lab
+        .install_approver_policy()
+        .await
+        .expect("install the approver policy");
     within(
         "the workloads consume the target",
         world.lab.watch_config_everywhere(APP, NAME),
@@ -424,9 +429,93 @@ async fn the_dashboard_in_a_real_browser() {
     const UPDATES: &str = "return document.body.dataset.updates || '0';";
     let updates_before = js(&viewing, UPDATES).await;
 
-    // approver-alice, in her own browser on her own dashboard, approves with a reason.
+    // Issue 28: approver-alice reads r1 and starts typing her reason; meanwhile the
+    // author declares r2. Her page holds its updates while she types, and says on the
+    // form that a newer revision arrived; her approval names r1, which the dashboard
+    // refuses: nothing is approved.
     let approving = browser(&world, &driver, "alice").await;
     alice.open(&approving, &format!("r/{TEAM}/{NAME}")).await;
+    within(
+        "alice starts her reason",
+        approving.type_into("input[name=reason]", "r1 looks right"),
+    )
+    .await;
+    let newer = json!({"spec": {"data": {"timeout_ms": "300"}}});
+    within(
+        "the author declares r2",
+        world
+            .rollouts()
+            .patch(NAME, &PatchParams::default(), &Patch::Merge(&newer)),
+    )
+    .await;
+    let note = until(
+        &approving,
+        "the form says the rollout moved on",
+        PROGRESS,
+        "const n = document.querySelector('form.action .stale-note'); return n && !n.hidden && n.textContent;",
+    )
+    .await;
+    assert!(note.as_str().unwrap_or_default().contains("r1"), "{note}");
+    screenshot(&approving, "3a-alice-sees-a-newer-revision").await;
+    within(
+        "alice clicks approve on r1",
+        approving.click("#action-approve"),
+    )
+    .await;
+    let refused = until(
+        &approving,
+        "alice's approval of r1 is answered",
+        CALL,
+        "const o = document.getElementById('outcome'); return !o.hidden && o.textContent;",
+    )
+    .await;
+    assert!(
+        refused
+            .as_str()
+            .unwrap_or_default()
+            .contains("approval for r1 refused"),
+        "{refused}"
+    );
+    let after = world.rollout(NAME).await;
+    assert!(
+        after
+            .status
+            .as_ref()
+            .and_then(|status| status.stages.iter().find(|stage| stage.name == "prod"))
+            .is_none_or(|prod| prod.approval.is_none()),
+        "nothing was approved"
+    );
+    // r2 goes through the canary and awaits its own approval; alice clears her reason,
+    // her page catches up and now names r2.
+    eventually("r2 awaits approval", PROGRESS, || async {
+        let rollout = world.rollout(NAME).await;
+        let status = rollout.status?;
+        (status.revision.as_deref() == Some("r2")
+            && status.phase.map(|p| format!("{p:?}")).as_deref() == Some("AwaitingApproval"))
+        .then_some(())
+    })
+    .await;
+    js(
+        &approving,
+        "const i = document.querySelector('input[name=reason]'); i.value = ''; i.blur(); return true;",
+    )
+    .await;
+    until(
+        &approving,
+        "alice's form names r2",
+        PROGRESS,
+        "const i = document.querySelector('form.action input[name=revision]'); return i && i.value === 'r2';",
+    )
+    .await;
+
+    // The refusal she read is put away, so that the answer below is the new one.
+    js(
+        &approving,
+        "document.getElementById('outcome').hidden = true; return true;",
+    )
+    .await;
+
+    // approver-alice, in her own browser on her own dashboard, approves with a reason.
     within(
         "alice gives a reason",
         approving.type_into("input[name=reason]", "canary is green in the dashboard"),
@@ -444,7 +533,7 @@ async fn the_dashboard_in_a_real_browser() {
         approved
             .as_str()
             .unwrap_or_default()
-            .contains("approver-alice approves stage prod of revision r1 of web-limits"),
+            .contains("approver-alice approves stage prod of revision r2 of web-limits"),
         "{approved}"
     );
     screenshot(&approving, "3-alice-approved").await;

@@ -612,6 +612,11 @@ async fn the_image_runs_in_cluster_as_the_shipped_service_account() {
         ..LabOptions::default()
     })
     .await;
+    world
+        .lab
+        .install_approver_policy()
+        .await
+        .expect("install the approver policy");
     apply_deploy(&world).await;
     let token = mint_token(&world).await;
     assert_eq!(

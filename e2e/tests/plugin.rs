@@ -282,9 +282,31 @@ async fn approve_with_the_plugin(world: &World) {
     assert_eq!(code, Some(2), "status times out: {stdout}{stderr}");
     assert!(stdout.contains("timed out after 3s"), "{stdout}");
 
-    // The viewer may read but not approve, and is told so.
+    // Without a terminal to ask in, approve never picks the revision: it names the one
+    // to review and the flag that pins it.
     let (code, stdout, stderr) =
-        text(&plugin(world, User::Viewer, &["approve", "plugged"], CALL).await);
+        text(&plugin(world, User::ApproverAlice, &["approve", "plugged"], CALL).await);
+    assert_eq!(
+        code,
+        Some(1),
+        "approve without --revision: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("name the revision you reviewed")
+            && stderr.contains("--stage prod --revision r1 (digest "),
+        "{stderr}"
+    );
+
+    // The viewer may read but not approve, and is told so.
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::Viewer,
+            &["approve", "plugged", "--revision", "r1"],
+            CALL,
+        )
+        .await,
+    );
     assert_eq!(code, Some(1), "viewer refused: {stdout}{stderr}");
     assert!(
         stderr.contains("you (viewer) may not approve in namespace team: ")
@@ -317,6 +339,8 @@ async fn approve_with_the_plugin(world: &World) {
             &[
                 "approve",
                 "plugged",
+                "--revision",
+                "r1",
                 "--reason",
                 "canary dashboards are green",
             ],
@@ -444,6 +468,104 @@ async fn approve_with_the_plugin(world: &World) {
 
 /// On a rollout whose only stage awaits approval, so that nothing is published before
 /// the abort: it halts (an abort after a stage published rolls that back instead).
+/// Issue 28: an approval names the revision its approver reviewed. Pinned to r1 once r2
+/// is declared, it is refused, naming both, nothing is created and nothing of r2 reaches
+/// the approval stage; pinned to r2 with its digest, it goes through.
+async fn a_pinned_approval_never_lands_on_a_newer_revision(world: &World) {
+    let name = "pinned";
+    world.create_rollout(&rollout_yaml(name)).await;
+    world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+    change_data(world, name, serde_json::json!({"timeout_ms": "r2-value"})).await;
+    let waiting = eventually("r2 awaits its approval", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        let status = rollout.status.clone()?;
+        (status.revision.as_deref() == Some("r2")
+            && status.phase.map(|p| format!("{p:?}")).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::ApproverAlice,
+            &["approve", name, "--revision", "r1"],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(1), "an approval pinned to r1: {stdout}{stderr}");
+    assert!(
+        stderr.contains("approval for r1 refused")
+            && stderr.contains("has moved on to r2")
+            && stderr.contains("nothing was approved"),
+        "{stderr}"
+    );
+    let approvals: Api<configrollout::api::StageApproval> =
+        Api::namespaced(world.hub.clone(), TEAM);
+    let made = within("list approvals", approvals.list(&Default::default())).await;
+    assert!(
+        made.items
+            .iter()
+            .all(|approval| approval.spec.rollout != name),
+        "an approval was created: {:?}",
+        made.items
+    );
+    for region in ["region-2", "region-3"] {
+        assert_ne!(
+            world
+                .target_data(region, name)
+                .await
+                .and_then(|data| data.get("timeout_ms").cloned())
+                .as_deref(),
+            Some("r2-value"),
+            "{region}: r2 reached the approval stage"
+        );
+    }
+    // A digest that is not r2's is refused too; r2's goes through.
+    let (code, _, stderr) = text(
+        &plugin(
+            world,
+            User::ApproverAlice,
+            &[
+                "approve",
+                name,
+                "--revision",
+                "r2",
+                "--digest",
+                "000000000000",
+            ],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("approval for r2 refused: its digest is"),
+        "{stderr}"
+    );
+    let digest = waiting
+        .status
+        .as_ref()
+        .and_then(|status| status.history.iter().find(|r| r.name == "r2"))
+        .and_then(|record| record.digest.clone())
+        .expect("r2's digest");
+    let (code, stdout, stderr) = text(
+        &plugin(
+            world,
+            User::ApproverAlice,
+            &["approve", name, "--revision", "r2", "--digest", &digest],
+            CALL,
+        )
+        .await,
+    );
+    assert_eq!(code, Some(0), "approve r2: {stdout}{stderr}");
+    assert!(
+        stdout.contains("approves stage prod of revision r2 of pinned (digest "),
+        "{stdout}"
+    );
+    wait_complete(world, name, "r2").await;
+}
+
 async fn pause_resume_and_abort(world: &World) {
     let approval_first = rollout_yaml("steered").replace(
         "    - name: canary\n      regions: {names: [region-1]}\n",
@@ -1161,8 +1283,14 @@ async fn rotating_the_key_reruns_nothing(world: &World) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_the_lab() {
     let world = World::start(LabOptions::default()).await;
+    world
+        .lab
+        .install_approver_policy()
+        .await
+        .expect("install the approver policy");
     let controller = world.start_controller("controller-a");
     approve_with_the_plugin(&world).await;
+    a_pinned_approval_never_lands_on_a_newer_revision(&world).await;
     pause_resume_and_abort(&world).await;
     a_query_typo_is_caught_before_any_region(&world).await;
     diff_and_override(&world).await;

@@ -1541,6 +1541,11 @@ async fn gates_on_the_lab() {
         ..LabOptions::default()
     })
     .await;
+    world
+        .lab
+        .install_approver_policy()
+        .await
+        .expect("install the approver policy");
     let probe_addr = free_local_addr();
     let controller = world.start_controller_on("controller-gates", &probe_addr);
 

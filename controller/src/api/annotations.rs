@@ -10,3 +10,9 @@ pub const RETRY_ANNOTATION: &str = "configrollout.dev/retry";
 /// The user who last changed the spec, stamped by the apiserver
 /// (`policies/spec-author.yaml`), never by the controller.
 pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
+/// Label a `fromConfigMap` source carries so that `policies/source-author.yaml` stamps
+/// who edits it.
+pub const SOURCE_LABEL: &str = "configrollout.dev/source";
+/// Annotation on a labelled source ConfigMap: who last changed its data, stamped by the
+/// apiserver (`policies/source-author.yaml`), never by the client.
+pub const SOURCE_AUTHOR_ANNOTATION: &str = "configrollout.dev/data-author";

@@ -117,6 +117,15 @@ pub enum Command {
         /// Why, kept in the approval record.
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
+        /// The revision you reviewed (e.g. r7): refused if the rollout has moved on to
+        /// another. Required without a terminal; in one, approve shows the current
+        /// revision and asks.
+        #[arg(long, value_name = "REVISION")]
+        revision: Option<String>,
+        /// The revision's digest as `get` shows it (at least 12 characters), to approve
+        /// exactly that content.
+        #[arg(long, value_name = "DIGEST", requires = "revision")]
+        digest: Option<String>,
     },
     /// Abort the rollout: it halts where it is (annotation configrollout.dev/abort).
     Abort {
@@ -336,6 +345,7 @@ mod tests {
                 name,
                 stage,
                 reason,
+                ..
             } => {
                 assert_eq!(name, "app");
                 assert_eq!(stage.as_deref(), Some("prod"));

@@ -12,16 +12,17 @@ use chrono::{SecondsFormat, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 
+use super::approve::Reviewed;
 use super::args::{Cli, Command, GlobalArgs, OutputFormat};
 use super::render::{self, Outcome};
 use super::{CliError, EXIT_COMPLETE, EXIT_FAILED, EXIT_TIMEOUT};
 use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
-use crate::api::{ConfigRollout, RolloutPhase, StageApproval, StageApprovalSpec, conditions};
+use crate::api::{ConfigRollout, RolloutPhase, conditions};
 use crate::crdt::{DigestKey, Stamp, WriterId};
 use crate::engine::validate;
 use crate::reconcile::HubError;
@@ -60,11 +61,21 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
             name,
             stage,
             reason,
+            revision,
+            digest,
         } => {
-            hub()
-                .await?
-                .approve(&name, stage, reason, &mut print_line)
-                .await
+            let hub = hub().await?;
+            match revision {
+                Some(revision) => {
+                    let reviewed = Reviewed { revision, digest };
+                    hub.approve(&name, stage, reason, &reviewed, &mut print_line)
+                        .await
+                }
+                None => {
+                    hub.approve_asking(&name, stage, reason, &mut print_line)
+                        .await
+                }
+            }
         }
         Command::Abort { name } => {
             hub()
@@ -742,89 +753,6 @@ impl Hub {
             "a revision of {name} declared from now on wins over this override; an older one \
              arriving later does not"
         );
-        Ok(EXIT_COMPLETE)
-    }
-
-    pub(super) async fn approve(
-        &self,
-        name: &str,
-        stage: Option<String>,
-        reason: Option<String>,
-        say: &mut Say<'_>,
-    ) -> Result<u8, CliError> {
-        let rollout = self.rollout(name).await?;
-        let awaiting = render::awaiting_approval(&rollout);
-        let stage = match (stage, awaiting) {
-            (Some(stage), _) if render::requires_approval(&rollout, &stage) => stage,
-            (Some(stage), _) => {
-                return Err(CliError::Message(format!(
-                    "stage {stage} of configrollout {}/{name} does not require an approval",
-                    self.namespace
-                )));
-            }
-            (None, Some(stage)) => stage,
-            (None, None) => {
-                let status = rollout.status.as_ref();
-                return Err(CliError::Message(format!(
-                    "nothing awaits approval: configrollout {}/{name} is {} (stage {}); \
-                     it waits on {}",
-                    self.namespace,
-                    status
-                        .and_then(|s| s.phase)
-                        .map_or_else(|| "without status".to_owned(), |p| format!("{p:?}")),
-                    status
-                        .and_then(|s| s.current_stage.as_deref())
-                        .unwrap_or("-"),
-                    render::waiting_on(&rollout).what
-                )));
-            }
-        };
-        let approver = self.whoami().await?;
-        if let Some(refusal) = render::four_eyes_refusal(&rollout, &approver) {
-            return Err(CliError::Message(refusal));
-        }
-        let spec = StageApprovalSpec::for_current_revision(&rollout, &stage, &approver, reason)
-            .ok_or_else(|| {
-                CliError::Message(format!(
-                    "configrollout {}/{name} has no revision with a digest in its status yet: \
-                     nothing to approve",
-                    self.namespace
-                ))
-            })?;
-        let approval = StageApproval {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-{stage}-{}-", spec.revision)),
-                namespace: Some(self.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            spec,
-        };
-        let api: Api<StageApproval> = Api::namespaced(self.client.clone(), &self.namespace);
-        let created = match self
-            .call(
-                "creating the StageApproval",
-                api.create(&PostParams::default(), &approval),
-            )
-            .await
-        {
-            Err(CliError::Api {
-                code: 403 | 422,
-                message,
-                ..
-            }) => {
-                return Err(CliError::Message(format!(
-                    "you ({approver}) may not approve in namespace {}: {message}",
-                    self.namespace
-                )));
-            }
-            other => other?,
-        };
-        say(format!(
-            "stageapproval {}/{} created: {approver} approves stage {stage} of revision {} of {name}",
-            self.namespace,
-            created.name_any(),
-            created.spec.revision
-        ));
         Ok(EXIT_COMPLETE)
     }
 

@@ -5,6 +5,7 @@
 //! bounded by `--request-timeout`), `render` what they print, as pure functions, and
 //! `dashboard` the local web UI (`kubectl configrollout dashboard`).
 
+mod approve;
 mod args;
 mod commands;
 pub mod dashboard;

@@ -122,6 +122,18 @@ pub fn four_eyes_refusal(rollout: &ConfigRollout, approver: &str) -> Option<Stri
     if !rollout.spec.four_eyes {
         return None;
     }
+    let namespace = rollout.namespace().unwrap_or_default();
+    let name = rollout.name_any();
+    if let Some(record) = super::approve::current_record(rollout)
+        && record.authors.iter().any(|author| author == approver)
+    {
+        return Some(format!(
+            "four-eyes: you ({approver}) changed what {} of configrollout {namespace}/{name} \
+             declares (authors: {}), so someone else must approve it",
+            record.name,
+            record.authors.join(", ")
+        ));
+    }
     let author = rollout.annotations().get(SPEC_AUTHOR_ANNOTATION)?;
     (author == approver).then(|| {
         format!(
@@ -206,11 +218,17 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
             } else {
                 String::new()
             };
+            // The command names the revision (and digest) an approval would name, so
+            // that it approves what was read here and nothing declared since.
+            let pinned = match super::approve::approvable(rollout) {
+                Some((revision, digest)) => format!(" --revision {revision} --digest {digest}"),
+                None => String::new(),
+            };
             waiting(
                 what,
                 format!(
                     "an approver allowed to create stageapprovals in {namespace}{other_than}: \
-                     kubectl configrollout approve {name} -n {namespace} --stage {stage}"
+                     kubectl configrollout approve {name} -n {namespace} --stage {stage}{pinned}"
                 ),
             )
         }
@@ -743,6 +761,12 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
                 record.keys_set.to_string(),
                 record.keys_removed.to_string(),
                 record.outcome.clone().unwrap_or_else(|| "-".into()),
+                match (record.authors.is_empty(), &record.authors_unknown) {
+                    (_, Some(_)) if record.authors.is_empty() => "unknown".to_owned(),
+                    (_, Some(_)) => format!("{},unknown", record.authors.join(",")),
+                    (true, None) => "-".to_owned(),
+                    (false, None) => record.authors.join(","),
+                },
             ]
         })
         .collect();
@@ -754,6 +778,7 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
             "KEYS-SET",
             "KEYS-REMOVED",
             "OUTCOME",
+            "AUTHORS",
         ],
         &rows,
     )

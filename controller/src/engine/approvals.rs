@@ -3,7 +3,9 @@
 //! rollout (its UID, so a rollout deleted and created again under the same name starts
 //! without approvals), the stage, the revision by name and keyed digest, created after
 //! the revision was declared. With four-eyes, the approver must not be the user who last
-//! changed the spec.
+//! changed the spec. And only where something binds `spec.approver` to the user who
+//! created the approval (the shipped admission policy, or the platform's own, named by
+//! `--approver-enforced-externally`): otherwise no approval counts.
 //!
 //! The StageApproval objects are the evidence; `status.stages[].approval` only reports
 //! the one a stage started on. Every decision checks the objects again, so a status written
@@ -13,11 +15,12 @@
 use chrono::{DateTime, Utc};
 
 use crate::api::{
-    Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, StageState, stage_digest,
+    Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, RevisionRecord, StageState,
+    stage_digest,
 };
 
 use super::clock::{from_time, to_time};
-use super::observations::{ApprovalObservation, Observations};
+use super::observations::{ApprovalObservation, ApproverBinding, Observations};
 use super::{Draft, EventType};
 
 /// What an approval must match, for one stage of the status's revision.
@@ -28,6 +31,8 @@ struct Wanted<'a> {
     /// What the stage does now: an approval of anything else does not count.
     stage_digest: String,
     declared_at: DateTime<Utc>,
+    /// The revision's record, with its authors.
+    record: Option<&'a RevisionRecord>,
 }
 
 impl<'a> Wanted<'a> {
@@ -56,10 +61,17 @@ impl<'a> Wanted<'a> {
             digest: record.digest.as_deref()?,
             stage_digest: stage_digest(spec, stage)?,
             declared_at,
+            record: Some(record),
         })
     }
 
     fn names(&self, approval: &ApprovalObservation, obs: &Observations) -> bool {
+        self.names_exactly(approval, obs) && binding_refusal(approval, obs).is_none()
+    }
+
+    /// Whether `approval` names exactly this stage, revision and rollout, whatever is
+    /// known of who made it.
+    fn names_exactly(&self, approval: &ApprovalObservation, obs: &Observations) -> bool {
         !obs.rollout_uid.is_empty()
             && approval.rollout_uid == obs.rollout_uid
             && approval.stage == self.stage
@@ -70,13 +82,77 @@ impl<'a> Wanted<'a> {
     }
 }
 
+/// Why `approval` does not count because nothing binds its `spec.approver` to the user
+/// who created it, if it does not: without the approver policy (and no word that the
+/// platform enforces it otherwise) anyone who may create a StageApproval can type any
+/// name into it, so no approval counts (fail closed); one created before the policy was
+/// installed was admitted without it.
+fn binding_refusal(approval: &ApprovalObservation, obs: &Observations) -> Option<String> {
+    match &obs.approver_binding {
+        ApproverBinding::External => None,
+        // creationTimestamp has whole seconds: an approval made in the second the policy
+        // was installed may have been made before it, so only a later second counts.
+        ApproverBinding::Policy { since }
+            if approval.created_at.timestamp() > since.timestamp() =>
+        {
+            None
+        }
+        ApproverBinding::Policy { since } => Some(format!(
+            "approval {} by {} refused: it was made before the approver policy was \
+             installed ({}), so nothing checked that {} made it; approve again",
+            approval.name,
+            approval.approver,
+            since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            approval.approver
+        )),
+        ApproverBinding::Missing => Some(format!(
+            "approval {} by {} not counted: nothing binds spec.approver to the user who \
+             created it (install policies/stageapproval-approver.yaml, or start the \
+             controller with --approver-enforced-externally if the platform enforces it \
+             another way)",
+            approval.name, approval.approver
+        )),
+    }
+}
+
 /// Whether four-eyes applies to the rollout.
 fn four_eyes(spec: &ConfigRolloutSpec, obs: &Observations) -> bool {
     spec.four_eyes || obs.four_eyes_default
 }
 
-/// Why `approval` may not count under four-eyes, if it may not.
-fn four_eyes_refusal(approval: &ApprovalObservation, obs: &Observations) -> Option<String> {
+/// Why `approval` may not count under four-eyes, if it may not: its approver changed
+/// what the approved revision declares (`record`'s authors, as stamped when it was
+/// declared), or last changed the spec (its stages, gates: what the stage does), or one
+/// of these cannot be known.
+fn four_eyes_refusal(
+    approval: &ApprovalObservation,
+    obs: &Observations,
+    record: Option<&RevisionRecord>,
+) -> Option<String> {
+    if let Some(record) = record {
+        if record
+            .authors
+            .iter()
+            .any(|author| author == &approval.approver)
+        {
+            return Some(format!(
+                "approval {} by {} refused: {} changed what {} declares (authors: {}), and \
+                 four-eyes needs a second person",
+                approval.name,
+                approval.approver,
+                approval.approver,
+                record.name,
+                record.authors.join(", ")
+            ));
+        }
+        if let Some(why) = &record.authors_unknown {
+            return Some(format!(
+                "approval {} by {} refused: who changed what {} declares is not known \
+                 ({why}), so four-eyes cannot be checked",
+                approval.name, approval.approver, record.name
+            ));
+        }
+    }
     match obs.spec_author.as_deref() {
         Some(author) if author != approval.approver => None,
         Some(author) => Some(format!(
@@ -105,7 +181,7 @@ pub(super) fn verified<'o>(
     obs.approvals
         .iter()
         .filter(|approval| wanted.names(approval, obs))
-        .filter(|approval| !strict || four_eyes_refusal(approval, obs).is_none())
+        .filter(|approval| !strict || four_eyes_refusal(approval, obs, wanted.record).is_none())
         .min_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)))
 }
 
@@ -171,21 +247,25 @@ fn approve(draft: &mut Draft<'_>, stage_name: &str, index: usize) -> bool {
     true
 }
 
-/// Notes approvals that name the stage and revision but do not count because of
-/// four-eyes, for the `AwaitingApproval` condition and an Event.
+/// Notes approvals that name the stage and revision but do not count (nothing binds
+/// their approver, or four-eyes), for the `AwaitingApproval` condition and an Event.
 pub(super) fn note_refusals(draft: &mut Draft<'_>, stage_name: &str) {
-    if !four_eyes(draft.spec, draft.obs) {
-        return;
-    }
     let Some(wanted) = Wanted::of(draft.spec, &draft.status, stage_name) else {
         return;
     };
+    let strict = four_eyes(draft.spec, draft.obs);
     let refusals: Vec<String> = draft
         .obs
         .approvals
         .iter()
-        .filter(|approval| wanted.names(approval, draft.obs))
-        .filter_map(|approval| four_eyes_refusal(approval, draft.obs))
+        .filter(|approval| wanted.names_exactly(approval, draft.obs))
+        .filter_map(|approval| {
+            binding_refusal(approval, draft.obs).or_else(|| {
+                strict
+                    .then(|| four_eyes_refusal(approval, draft.obs, wanted.record))
+                    .flatten()
+            })
+        })
         .collect();
     draft.approval_refusals.extend(refusals);
 }

@@ -191,6 +191,8 @@ mod tests {
                     keys_set: 0,
                     keys_removed: 0,
                     outcome: None,
+                    authors: Vec::new(),
+                    authors_unknown: None,
                 })
                 .collect(),
             ..Default::default()

@@ -300,10 +300,22 @@ fn admission_policies(draft: &mut Draft<'_>) {
             "the admission policies approvals rely on are installed and bound".to_owned(),
         );
     } else {
+        let consequence = match &draft.obs.approver_binding {
+            super::ApproverBinding::Missing => {
+                "no StageApproval counts until the approver policy is installed and bound \
+                 (or the controller runs with --approver-enforced-externally)"
+            }
+            super::ApproverBinding::External => {
+                "approvals count because the controller runs with \
+                 --approver-enforced-externally: the platform binds approvers itself"
+            }
+            super::ApproverBinding::Policy { .. } => {
+                "who last changed the spec is not stamped by the apiserver, so four-eyes \
+                 approvals are refused"
+            }
+        };
         let message = format!(
-            "not installed or not bound: {} (see policies/README.md); approvals are still \
-             checked by the controller, but who approved and who last changed the spec are \
-             only as truthful as these policies make them",
+            "not installed or not bound: {} (see policies/README.md); {consequence}",
             missing.join(", ")
         );
         if was_true(draft, conditions::ADMISSION_POLICIES)

@@ -58,8 +58,8 @@ pub use gate_windows::{
     DEFAULT_GATE_SETTLE_TIME, GateSampleRequest, done_shows_consumers_loaded, gates_due,
 };
 pub use observations::{
-    AppliedRevision, ApprovalObservation, ConsumerObservation, Control, DesiredRevision,
-    GateSampleObservation, Observations, RegionObservation,
+    AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
+    DesiredRevision, GateSampleObservation, Observations, RegionObservation, RevisionAuthors,
 };
 pub use settle::{ActOutcome, FailedRegion, observe_again, settle};
 pub use tenancy::Grant;

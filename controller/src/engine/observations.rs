@@ -37,11 +37,17 @@ pub struct Observations {
     /// Who last changed the spec, as the apiserver stamped it (annotation
     /// `configrollout.dev/spec-author`); `None` when the annotation is missing.
     pub spec_author: Option<String>,
+    /// Who changed what a revision declared now would declare (see
+    /// [`crate::api::RevisionRecord::authors`]).
+    pub revision_authors: RevisionAuthors,
     /// Whether the platform requires four-eyes for every rollout (`--four-eyes`).
     pub four_eyes_default: bool,
     /// The admission policies approvals rely on that are not installed and bound (names);
     /// `None` when they were not checked.
     pub missing_policies: Option<Vec<String>>,
+    /// Whether the apiserver binds an approval's `spec.approver` to the user who created
+    /// it, and since when: approvals count only where it does.
+    pub approver_binding: ApproverBinding,
     /// Regions whose target this rollout may not write: an existing ConfigMap that
     /// configrollout does not manage (and no adoption), or keys that another rollout
     /// manages there. Reported as `InvalidSpec` (reason `TargetRefused`); nothing is
@@ -65,6 +71,40 @@ pub struct DesiredRevision {
     pub keys_set: u32,
     /// Keys the new revision would remove, relative to the current one.
     pub keys_removed: u32,
+}
+
+/// Who changed what the rollout declares now, as stamped by the apiserver.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RevisionAuthors {
+    /// The users known to have changed it (no duplicates).
+    pub known: Vec<String>,
+    /// Why some author cannot be known, if one cannot.
+    pub unknown: Option<String>,
+}
+
+/// Whether an approval's `spec.approver` is known to be the user who created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApproverBinding {
+    /// The shipped policy (`policies/stageapproval-approver.yaml`) is installed and bound,
+    /// since this time: approvals created since then count; older ones were admitted
+    /// without it and do not.
+    Policy {
+        /// When the later of the policy and its binding was created.
+        since: DateTime<Utc>,
+    },
+    /// The controller was started with `--approver-enforced-externally`: the platform
+    /// binds the approver another way (its own policy or webhook).
+    External,
+    /// Neither: `spec.approver` is whatever the client wrote, and no approval counts.
+    Missing,
+}
+
+impl Default for ApproverBinding {
+    /// What tests of the engine assume unless they say otherwise; the controller always
+    /// sets it from what it found in the hub.
+    fn default() -> Self {
+        ApproverBinding::External
+    }
 }
 
 /// One region as observed.

@@ -66,6 +66,8 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         keys_set: i32::try_from(desired.keys_set).unwrap_or(i32::MAX),
         keys_removed: i32::try_from(desired.keys_removed).unwrap_or(i32::MAX),
         outcome: None,
+        authors: draft.obs.revision_authors.known.clone(),
+        authors_unknown: draft.obs.revision_authors.unknown.clone(),
     });
     let limit = usize::try_from(draft.spec.revision_history_limit.clamp(1, 100)).unwrap_or(1);
     let excess = draft.status.history.len().saturating_sub(limit);

@@ -1,12 +1,14 @@
 //! Whether the admission policies that make approvals truthful are installed and bound in
 //! the hub: `policies/stageapproval-approver.yaml` (an approval's approver is the user
 //! who created it) and `policies/spec-author.yaml` (who last changed a rollout's spec is
-//! stamped by the apiserver). Checked by name, at most every 20 s, and reported on
+//! stamped by the apiserver). Checked by name, at most every 20 s (3 s while the approver
+//! policy is missing, when no approval counts), and reported on
 //! the rollouts that wait for approvals.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
@@ -21,43 +23,77 @@ pub const APPROVER_POLICY: &str = "stageapproval-approver.configrollout.dev";
 pub const SPEC_AUTHOR_POLICY: &str = "spec-author.configrollout.dev";
 /// How long a check is reused.
 const RECHECK_AFTER: Duration = Duration::from_secs(20);
+/// How long a check that found the approver policy missing is reused: no approval counts
+/// meanwhile, so one installed is noticed soon.
+const RECHECK_WHILE_UNBOUND: Duration = Duration::from_secs(3);
+
+/// What a check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyReport {
+    /// The policies or bindings not found (names); a read that fails names the object
+    /// as missing, with why.
+    pub missing: Vec<String>,
+    /// When the approver policy and its binding were both in place (the later creation
+    /// time); `None` while either is missing.
+    pub approver_bound_since: Option<DateTime<Utc>>,
+}
 
 /// Remembers the last check.
 #[derive(Default)]
 pub struct PolicyCheck {
-    last: Mutex<Option<(Instant, Vec<String>)>>,
+    last: Mutex<Option<(Instant, PolicyReport)>>,
 }
 
 impl PolicyCheck {
-    /// The policies or bindings not found (names), from a check at most a minute old. A
-    /// read that fails names the object as missing, with why.
-    pub async fn missing(&self, hub: &kube::Client) -> Vec<String> {
+    /// The policies found and not found, from a check at most [`RECHECK_AFTER`] old.
+    pub async fn report(&self, hub: &kube::Client) -> PolicyReport {
         if let Ok(last) = self.last.lock()
-            && let Some((at, missing)) = last.as_ref()
-            && at.elapsed() < RECHECK_AFTER
+            && let Some((at, report)) = last.as_ref()
+            && at.elapsed()
+                < if report.approver_bound_since.is_some() {
+                    RECHECK_AFTER
+                } else {
+                    RECHECK_WHILE_UNBOUND
+                }
         {
-            return missing.clone();
+            return report.clone();
         }
-        let missing = check(hub).await;
+        let report = check(hub).await;
         if let Ok(mut last) = self.last.lock() {
-            *last = Some((Instant::now(), missing.clone()));
+            *last = Some((Instant::now(), report.clone()));
         }
-        missing
+        report
     }
 }
 
-async fn check(hub: &kube::Client) -> Vec<String> {
-    let found = [
-        missing::<ValidatingAdmissionPolicy>(hub, APPROVER_POLICY).await,
-        missing::<ValidatingAdmissionPolicyBinding>(hub, APPROVER_POLICY).await,
-        missing::<MutatingAdmissionPolicy>(hub, SPEC_AUTHOR_POLICY).await,
-        missing::<MutatingAdmissionPolicyBinding>(hub, SPEC_AUTHOR_POLICY).await,
+async fn check(hub: &kube::Client) -> PolicyReport {
+    let approver = [
+        created::<ValidatingAdmissionPolicy>(hub, APPROVER_POLICY).await,
+        created::<ValidatingAdmissionPolicyBinding>(hub, APPROVER_POLICY).await,
     ];
-    found.into_iter().flatten().collect()
+    let author = [
+        created::<MutatingAdmissionPolicy>(hub, SPEC_AUTHOR_POLICY).await,
+        created::<MutatingAdmissionPolicyBinding>(hub, SPEC_AUTHOR_POLICY).await,
+    ];
+    let approver_bound_since = approver
+        .iter()
+        .map(|found| found.as_ref().ok().copied())
+        .collect::<Option<Vec<DateTime<Utc>>>>()
+        .and_then(|times| times.into_iter().max());
+    let missing = approver
+        .into_iter()
+        .chain(author)
+        .filter_map(Result::err)
+        .collect();
+    PolicyReport {
+        missing,
+        approver_bound_since,
+    }
 }
 
-/// `<Kind> <name>` when the object is not there (or cannot be read, with why).
-async fn missing<K>(hub: &kube::Client, name: &str) -> Option<String>
+/// When the object named `name` was created, or `<Kind> <name>` when it is not there
+/// (or cannot be read, with why).
+async fn created<K>(hub: &kube::Client, name: &str) -> Result<DateTime<Utc>, String>
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
         + Clone
@@ -67,8 +103,13 @@ where
     let api: Api<K> = Api::all(hub.clone());
     let kind = K::kind(&());
     match api_call("read admission policy", api.get_opt(name)).await {
-        Ok(Some(_)) => None,
-        Ok(None) => Some(format!("{kind} {name}")),
-        Err(error) => Some(format!("{kind} {name} (cannot be read: {error})")),
+        Ok(Some(object)) => Ok(object
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .and_then(|time| DateTime::from_timestamp(time.0.as_second(), 0))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)),
+        Ok(None) => Err(format!("{kind} {name}")),
+        Err(error) => Err(format!("{kind} {name} (cannot be read: {error})")),
     }
 }

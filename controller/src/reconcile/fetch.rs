@@ -13,7 +13,9 @@ use kube::{Client, ResourceExt};
 use super::hub_cache::HubStores;
 use super::revision_store::RevisionStore;
 use super::{Context, HubError, api_call};
-use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
+use crate::api::annotations::{
+    ABORT_ANNOTATION, RETRY_ANNOTATION, SOURCE_AUTHOR_ANNOTATION, SOURCE_LABEL,
+};
 use crate::api::{ConfigRollout, Region};
 use crate::engine::{ApprovalObservation, Control, Grant};
 use crate::regions::publication::RevisionState;
@@ -26,6 +28,9 @@ pub struct Fetched {
     pub grant_error: Option<String>,
     /// The desired data, or why it cannot be had.
     pub desired: Result<BTreeMap<String, String>, String>,
+    /// For a `fromConfigMap` rollout, who last changed the source's data, as
+    /// `policies/source-author.yaml` stamps it, or why that is not known.
+    pub source_author: Option<Result<String, String>>,
     /// Every Region.
     pub regions: Vec<Region>,
     /// The StageApprovals naming the rollout.
@@ -44,7 +49,7 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
     let store = ctx.hub_cache.revision_store(ctx.hub.clone(), &namespace);
     let regions = cached.regions();
     let approvals = approvals(&cached, rollout);
-    let ((grant, grant_error), desired, revisions) = futures::try_join!(
+    let ((grant, grant_error), (desired, source_author), revisions) = futures::try_join!(
         grant(&ctx.hub, &cached, &namespace),
         desired_data(&ctx.hub, rollout),
         store.load(rollout),
@@ -56,6 +61,7 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
         grant,
         grant_error,
         desired,
+        source_author,
         regions,
         approvals,
         store,
@@ -63,28 +69,66 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
     })
 }
 
-/// The desired data of a rollout, or why it cannot be had (reported as `InvalidSpec`).
-async fn desired_data(
-    hub: &Client,
-    rollout: &ConfigRollout,
-) -> Result<Result<BTreeMap<String, String>, String>, HubError> {
+/// What a rollout declares now, and who last changed its source.
+type DesiredData = (
+    Result<BTreeMap<String, String>, String>,
+    Option<Result<String, String>>,
+);
+
+/// The desired data of a rollout, or why it cannot be had (reported as `InvalidSpec`),
+/// and, for `fromConfigMap`, who last changed the source's data.
+async fn desired_data(hub: &Client, rollout: &ConfigRollout) -> Result<DesiredData, HubError> {
     if let Some(data) = &rollout.spec.data {
-        return Ok(Ok(data.clone()));
+        return Ok((Ok(data.clone()), None));
     }
     let Some(source) = &rollout.spec.from_config_map else {
-        return Ok(Err(
-            "spec: one of data or fromConfigMap is required".to_owned()
+        return Ok((
+            Err("spec: one of data or fromConfigMap is required".to_owned()),
+            None,
         ));
     };
     let namespace = rollout.namespace().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(hub.clone(), &namespace);
     match api_call("read fromConfigMap", api.get_opt(&source.name)).await? {
-        Some(config_map) => Ok(text_data(&namespace, &source.name, config_map)),
-        None => Ok(Err(format!(
-            "spec.fromConfigMap.name: ConfigMap {namespace}/{} does not exist",
-            source.name
-        ))),
+        Some(config_map) => {
+            let author = source_author(&namespace, &config_map);
+            Ok((
+                text_data(&namespace, &source.name, config_map),
+                Some(author),
+            ))
+        }
+        None => Ok((
+            Err(format!(
+                "spec.fromConfigMap.name: ConfigMap {namespace}/{} does not exist",
+                source.name
+            )),
+            None,
+        )),
     }
+}
+
+/// Who last changed a source ConfigMap's data, as `policies/source-author.yaml` stamps it
+/// on ConfigMaps labelled [`SOURCE_LABEL`]; without the label the stamp may have been
+/// written by anyone, so the author is not known.
+fn source_author(namespace: &str, source: &ConfigMap) -> Result<String, String> {
+    let name = source.name_any();
+    if source.labels().get(SOURCE_LABEL).map(String::as_str) != Some("true") {
+        return Err(format!(
+            "the source ConfigMap {namespace}/{name} is not labelled {SOURCE_LABEL}=true, so \
+             nothing stamps who edits it (policies/source-author.yaml)"
+        ));
+    }
+    source
+        .annotations()
+        .get(SOURCE_AUTHOR_ANNOTATION)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "the source ConfigMap {namespace}/{name} carries no \
+                 {SOURCE_AUTHOR_ANNOTATION} (install policies/source-author.yaml, then \
+                 change it once)"
+            )
+        })
 }
 
 /// A source's `data`, or why it cannot be published: configrollout carries text only, and

@@ -103,6 +103,10 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
     pub four_eyes_default: bool,
+    /// The platform binds a StageApproval's `spec.approver` to its creator some other
+    /// way than the shipped policy (`--approver-enforced-externally`): approvals count
+    /// without it.
+    pub approver_enforced_externally: bool,
     /// How long gate windows wait after a stage's regions are done where nothing shows
     /// that consumers loaded the revision (`--gate-settle-time`).
     pub gate_settle_time: std::time::Duration,

@@ -13,7 +13,10 @@ use super::{Context, HubError, MAX_CLOCK_DRIFT};
 use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
 use crate::crdt::{WriterId, desired_digest};
-use crate::engine::{self, DesiredRevision, GateSampleObservation, Grant, Observations};
+use crate::engine::{
+    self, ApproverBinding, DesiredRevision, GateSampleObservation, Grant, Observations,
+    RevisionAuthors,
+};
 use crate::gates::SampleSource;
 use crate::regions::store::Snapshot;
 
@@ -81,11 +84,23 @@ pub async fn observe(
         &observed,
         validated.claim_refusal.as_ref(),
     );
-    let missing_policies = if rollout.spec.needs_approvals() {
-        Some(ctx.policies.missing(&ctx.hub).await)
+    let policies = if rollout.spec.needs_approvals() {
+        Some(ctx.policies.report(&ctx.hub).await)
     } else {
         None
     };
+    let approver_binding = if ctx.approver_enforced_externally {
+        ApproverBinding::External
+    } else {
+        match policies
+            .as_ref()
+            .and_then(|report| report.approver_bound_since)
+        {
+            Some(since) => ApproverBinding::Policy { since },
+            None => ApproverBinding::Missing,
+        }
+    };
+    let missing_policies = policies.map(|report| report.missing);
     let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now).await;
     let desired = &validated.desired;
     let stable = status
@@ -132,14 +147,40 @@ pub async fn observe(
         target_refusals,
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
+        revision_authors: revision_authors(rollout, fetched),
         four_eyes_default: ctx.four_eyes_default,
         gate_settle_time: ctx.gate_settle_time,
         missing_policies,
+        approver_binding,
         revision_tombstones: current.map_or(0, |revision| {
             u32::try_from(revision.state.tombstones()).unwrap_or(u32::MAX)
         }),
     };
     Ok((observations, reads))
+}
+
+/// Who changed what the rollout declares now: the spec's author and, for `fromConfigMap`,
+/// the source's, as the apiserver stamped them; why one is not known, if so.
+fn revision_authors(rollout: &ConfigRollout, fetched: &Fetched) -> RevisionAuthors {
+    let mut authors = RevisionAuthors::default();
+    let mut unknown = Vec::new();
+    match rollout.annotations().get(SPEC_AUTHOR_ANNOTATION) {
+        Some(author) => authors.known.push(author.clone()),
+        None => unknown.push(format!(
+            "the rollout carries no {SPEC_AUTHOR_ANNOTATION} (policies/spec-author.yaml)"
+        )),
+    }
+    match &fetched.source_author {
+        Some(Ok(author)) if !authors.known.contains(author) => {
+            authors.known.push(author.clone());
+        }
+        Some(Err(why)) => unknown.push(why.clone()),
+        _ => {}
+    }
+    if !unknown.is_empty() {
+        authors.unknown = Some(unknown.join("; "));
+    }
+    authors
 }
 
 /// Stamps after this wall-clock time (ms) are further ahead than the drift bound.

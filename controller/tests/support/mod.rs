@@ -11,9 +11,9 @@ use configrollout::api::{
     ConfigRolloutSpec, ConfigRolloutStatus, DriftPolicy, RevisionStep, conditions,
 };
 use configrollout::engine::{
-    Action, AppliedRevision, ApprovalObservation, ConsumerObservation, Control, Decision,
-    DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation, decide,
-    gates_due,
+    Action, AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
+    Decision, DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation,
+    RevisionAuthors, decide, gates_due,
 };
 use configrollout::gates::QueryResult;
 use serde_json::{Value, json};
@@ -87,10 +87,15 @@ pub struct World {
     pub rollout_uid: String,
     /// Who last changed the spec (the apiserver-stamped annotation).
     pub spec_author: Option<String>,
+    /// For a `fromConfigMap` rollout, who last changed the source (`Err`: why that is
+    /// not known); `None` for `data`.
+    pub source_author: Option<Result<String, String>>,
     /// The platform's `--four-eyes`.
     pub four_eyes_default: bool,
     /// Admission policies found missing (`None`: not checked).
     pub missing_policies: Option<Vec<String>>,
+    /// What binds an approval's approver to its creator.
+    pub approver_binding: ApproverBinding,
     stamp_counter: u64,
 }
 
@@ -113,8 +118,10 @@ impl World {
             grant: Grant::own_namespace(&spec.target.namespace),
             rollout_uid: "uid-1".into(),
             spec_author: Some("author".into()),
+            source_author: None,
             four_eyes_default: false,
             missing_policies: None,
+            approver_binding: ApproverBinding::External,
             spec,
             status: ConfigRolloutStatus::default(),
             now: t0(),
@@ -215,8 +222,10 @@ impl World {
             target_refusals: Vec::new(),
             rollout_uid: self.rollout_uid.clone(),
             spec_author: self.spec_author.clone(),
+            revision_authors: self.revision_authors(),
             four_eyes_default: self.four_eyes_default,
             missing_policies: self.missing_policies.clone(),
+            approver_binding: self.approver_binding.clone(),
             revision_tombstones: 0,
             gate_settle_time: self.gate_settle_time,
         }
@@ -353,6 +362,27 @@ impl World {
     }
 
     /// Approves as `approver`.
+    /// Who changed what the rollout declares now, as the controller reads it.
+    fn revision_authors(&self) -> RevisionAuthors {
+        let mut authors = RevisionAuthors::default();
+        let mut unknown = Vec::new();
+        match &self.spec_author {
+            Some(author) => authors.known.push(author.clone()),
+            None => unknown.push("the rollout carries no configrollout.dev/spec-author".to_owned()),
+        }
+        match &self.source_author {
+            Some(Ok(author)) if !authors.known.contains(author) => {
+                authors.known.push(author.clone())
+            }
+            Some(Err(why)) => unknown.push(why.clone()),
+            _ => {}
+        }
+        if !unknown.is_empty() {
+            authors.unknown = Some(unknown.join("; "));
+        }
+        authors
+    }
+
     pub fn approve_as(&mut self, approver: &str, name: &str, stage: &str, revision: &str) {
         let approval = ApprovalObservation {
             name: name.to_string(),

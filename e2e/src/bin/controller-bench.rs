@@ -82,6 +82,10 @@ async fn bench(runs: usize) -> BenchResult<()> {
             .map_err(|e| e.to_string())?;
         regions.insert(region, client);
     }
+    // Approvals count only where the apiserver binds the approver to its creator.
+    lab.install_approver_policy()
+        .await
+        .map_err(|e| e.to_string())?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let controller = lab
         .start_controller(

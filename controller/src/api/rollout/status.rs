@@ -407,4 +407,13 @@ pub struct RevisionRecord {
     /// How it ended: Complete, Superseded, Halted, RolledBack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// Who changed what it declares, as the apiserver stamped them: the user who last
+    /// changed the rollout's spec and, for `fromConfigMap`, the user who last changed the
+    /// source's data. Under four-eyes none of them may approve it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authors: Vec<String>,
+    /// Why some author of it cannot be known (a stamp missing): under four-eyes every
+    /// approval of it is refused with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authors_unknown: Option<String>,
 }

@@ -6,6 +6,7 @@ use hyper::StatusCode;
 
 use crate::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 use crate::cli::CliError;
+use crate::cli::approve::Reviewed;
 use crate::cli::commands::Hub;
 
 /// The verbs a POST may name.
@@ -23,8 +24,8 @@ fn status_of(error: &CliError) -> StatusCode {
     }
 }
 
-/// Runs `verb` on rollout `namespace/name` with the form's `fields` (`stage`, `reason`
-/// for approve) and returns the status and the text to show.
+/// Runs `verb` on rollout `namespace/name` with the form's `fields` (`stage`, `reason`,
+/// `revision` and `digest` for approve) and returns the status and the text to show.
 pub async fn perform(
     hub: &Hub,
     namespace: &str,
@@ -43,10 +44,22 @@ pub async fn perform(
     let mut lines: Vec<String> = Vec::new();
     let mut say = |line: String| lines.push(line);
     let result = match verb {
-        "approve" => {
-            hub.approve(name, field("stage"), field("reason"), &mut say)
-                .await
-        }
+        // The form carries the revision and digest of the page the approver read: an
+        // approval is never applied to a revision that arrived after it.
+        "approve" => match field("revision") {
+            Some(revision) => {
+                let reviewed = Reviewed {
+                    revision,
+                    digest: field("digest"),
+                };
+                hub.approve(name, field("stage"), field("reason"), &reviewed, &mut say)
+                    .await
+            }
+            None => Err(CliError::Message(
+                "the approval names no revision: reload the page and approve what it shows"
+                    .to_owned(),
+            )),
+        },
         "abort" => hub.control(name, ABORT_ANNOTATION, &mut say).await,
         "retry" => hub.control(name, RETRY_ANNOTATION, &mut say).await,
         "pause" => hub.pause(name, true, &mut say).await,

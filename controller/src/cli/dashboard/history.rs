@@ -165,6 +165,8 @@ mod tests {
             keys_set: 2,
             keys_removed: 0,
             outcome: None,
+            authors: Vec::new(),
+            authors_unknown: None,
         };
         rollout.status = Some(ConfigRolloutStatus {
             history: vec![record("r1"), record("r2")],

@@ -16,6 +16,7 @@ use crate::api::{
     Approval, ConfigRollout, ConfigRolloutStatus, GateVerdict, LifecycleMark, RegionRolloutStatus,
     RolloutPhase, StageState, StageStatus, conditions,
 };
+use crate::cli::approve::approvable;
 use crate::cli::render::{awaiting_approval, time, waiting_on};
 
 /// Where a region is with the current revision, as the cell's class and label.
@@ -266,15 +267,21 @@ fn action(rollout: &ConfigRollout, verb: &str, label: &str, fields: &str) -> Str
 pub fn actions(rollout: &ConfigRollout) -> String {
     let phase = rollout.status.as_ref().and_then(|status| status.phase);
     let mut out = String::from(r#"<div class="actions">"#);
-    if let Some(stage) = awaiting_approval(rollout) {
+    // The approval names the revision and digest this page shows: one that arrives
+    // while the approver types is never what their approval approves.
+    if let Some(stage) = awaiting_approval(rollout)
+        && let Some((revision, digest)) = approvable(rollout)
+    {
         let fields = format!(
-            r#"<input type="hidden" name="stage" value="{}"><input type="text" name="reason" placeholder="reason (kept in the approval)" maxlength="512">"#,
-            escape(&stage)
+            r#"<input type="hidden" name="stage" value="{}"><input type="hidden" name="revision" value="{}"><input type="hidden" name="digest" value="{}"><input type="text" name="reason" placeholder="reason (kept in the approval)" maxlength="512"><span class="stale-note" hidden></span>"#,
+            escape(&stage),
+            escape(&revision),
+            escape(&digest),
         );
         out.push_str(&action(
             rollout,
             "approve",
-            &format!("Approve stage {stage}"),
+            &format!("Approve stage {stage} of {revision} ({digest})"),
             &fields,
         ));
     }
@@ -408,6 +415,17 @@ spec:
         rollout.status = Some(ConfigRolloutStatus {
             phase: Some(RolloutPhase::AwaitingApproval),
             revision: Some("r2".to_owned()),
+            history: vec![crate::api::RevisionRecord {
+                name: "r2".to_owned(),
+                digest: Some("hmac-sha256:0123456789abcdef0123".to_owned()),
+                declared_at: at(),
+                stamp: "1.0@rollout:team/app".to_owned(),
+                keys_set: 1,
+                keys_removed: 0,
+                outcome: None,
+                authors: Vec::new(),
+                authors_unknown: None,
+            }],
             current_stage: Some("prod".to_owned()),
             progress: Some("1/2".to_owned()),
             stages: vec![
@@ -539,7 +557,17 @@ spec:
         let html = actions(&rollout);
         assert!(html.contains(r#"action="/r/team/app/approve""#), "{html}");
         assert!(html.contains(r#"name="stage" value="prod""#), "{html}");
-        assert!(html.contains("Approve stage prod"), "{html}");
+        assert!(
+            html.contains("Approve stage prod of r2 (0123456789ab)"),
+            "{html}"
+        );
+        // The form names what the page shows: an approval never lands on a revision
+        // declared while the approver typed.
+        assert!(html.contains(r#"name="revision" value="r2""#), "{html}");
+        assert!(
+            html.contains(r#"name="digest" value="0123456789ab""#),
+            "{html}"
+        );
         assert!(
             html.contains("action-abort") && html.contains("action-pause"),
             "{html}"

@@ -122,7 +122,7 @@ ConfigRollout team/app
   phase:      AwaitingApproval   stage: prod   regions done: 1/3
   paused:     no   on failure: Halt   four-eyes: no
   waiting on: an approval of stage prod of r2
-  unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage prod
+  unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage prod --revision r2 --digest 2222
   condition:  Progressing (RolloutProgressing): r2 (Single pass) at stage prod: 1/3 regions done
   condition:  AwaitingApproval (StageApprovalRequired): stage prod of r2 awaits a StageApproval
 revision r2 (Single pass), declared 2026-12-03T08:00:00Z, 1 keys set, 0 removed, digest hmac-sha256:2222
@@ -153,7 +153,7 @@ fn four_eyes_names_who_may_not_approve() {
     assert_eq!(
         waiting_on(&rollout).who,
         "an approver allowed to create stageapprovals in team, other than tenant-a (four-eyes): \
-         kubectl configrollout approve app -n team --stage prod"
+         kubectl configrollout approve app -n team --stage prod --revision r2 --digest 2222"
     );
     assert_eq!(awaiting_approval(&rollout), Some("prod".to_owned()));
     assert_eq!(
@@ -390,7 +390,7 @@ ConfigRollout team/app
   phase:      AwaitingApproval   stage: contract   regions done: 3/3
   paused:     no   on failure: Halt   four-eyes: no
   waiting on: an approval of the contract step of r2
-  unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage contract
+  unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage contract --revision r2 --digest 2222
   condition:  AwaitingApproval (ContractApprovalRequired): the contract step of r2 awaits a StageApproval for stage contract
 revision r2 (Expand pass), declared 2026-12-03T08:00:00Z, 1 keys set, 2 removed, digest hmac-sha256:2222
 ├─ stage canary: Passed
@@ -521,12 +521,22 @@ team-b      payments   -                  -       -          -         the contr
     assert_eq!(render_list(&[awaiting_prod(), other], true), expected);
     assert_eq!(render_list(&[], false), "no configrollouts found\n");
 
+    let mut authored = awaiting_prod();
+    if let Some(status) = authored.status.as_mut() {
+        status.history[0].authors = vec!["tenant-a".to_owned()];
+        status.history[1].authors = vec!["tenant-a".to_owned(), "alice".to_owned()];
+        status.history[1].authors_unknown = None;
+    }
     let expected = "\
-REVISION   DECLARED               DIGEST             KEYS-SET   KEYS-REMOVED   OUTCOME
-r1         2026-12-01T09:00:00Z   hmac-sha256:1111   3          0              Complete
-r2         2026-12-03T08:00:00Z   hmac-sha256:2222   1          0              -
+REVISION   DECLARED               DIGEST             KEYS-SET   KEYS-REMOVED   OUTCOME    AUTHORS
+r1         2026-12-01T09:00:00Z   hmac-sha256:1111   3          0              Complete   tenant-a
+r2         2026-12-03T08:00:00Z   hmac-sha256:2222   1          0              -          tenant-a,alice
 ";
-    assert_eq!(render_history(&awaiting_prod()), expected);
+    assert_eq!(render_history(&authored), expected);
+    if let Some(status) = authored.status.as_mut() {
+        status.history[1].authors_unknown = Some("the source is not labelled".to_owned());
+    }
+    assert!(render_history(&authored).contains("tenant-a,alice,unknown"));
 }
 
 #[test]

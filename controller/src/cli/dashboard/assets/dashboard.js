@@ -18,8 +18,32 @@
     });
   }
 
+  // The revision the approve form in `root` names, if there is one.
+  function approving(root) {
+    const input = root.querySelector("form.action input[name=revision]");
+    return input ? input.value : null;
+  }
+
+  // While updates wait, says so on the approve form when the rollout has moved on to
+  // another revision: the form still names the one the approver read, which the
+  // dashboard will refuse to approve.
+  function noteNewerRevision(html) {
+    const shown = approving(live);
+    const note = live.querySelector("form.action .stale-note");
+    if (shown === null || !note) return;
+    const next = document.createElement("template");
+    next.innerHTML = html;
+    const arriving = approving(next.content);
+    if (arriving === shown) return;
+    note.hidden = false;
+    note.textContent = arriving === null
+      ? "The rollout has moved on: " + shown + " no longer awaits this approval, which will be refused."
+      : "A newer revision, " + arriving + ", arrived: this form approves " + shown +
+        ", which will be refused. Clear the reason to see " + arriving + ".";
+  }
+
   function apply(html) {
-    if (editing()) { pending = html; return; }
+    if (editing()) { pending = html; noteNewerRevision(html); return; }
     pending = null;
     live.innerHTML = html;
     document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
