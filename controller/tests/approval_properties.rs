@@ -273,6 +273,101 @@ proptest! {
     }
 }
 
+/// One thing that happens to a four-eyes rollout, by one of three people.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// Changes the spec's data: a new revision, its spec author the editor.
+    Spec(usize),
+    /// Changes the `fromConfigMap` source: a new revision, its source author the editor.
+    Source(usize),
+    /// Pauses or resumes: declares nothing, makes no one an author.
+    Pause(usize),
+    /// Approves prod of the current revision, or of the one before it.
+    Approve(usize, bool),
+    /// Time passes.
+    Wait,
+}
+
+const PEOPLE: [&str; 3] = ["ann", "ben", "cat"];
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (0..3usize).prop_map(Edit::Spec),
+        (0..3usize).prop_map(Edit::Source),
+        (0..3usize).prop_map(Edit::Pause),
+        (0..3usize, any::<bool>()).prop_map(|(who, current)| Edit::Approve(who, current)),
+        Just(Edit::Wait),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(200)))]
+
+    /// Issue 28: whatever sequence of spec edits, source edits, pauses and approvals, a
+    /// four-eyes rollout publishes a revision to the approval stage only on an approval of
+    /// that very revision by someone who changed nothing it declares.
+    #[test]
+    fn no_author_ever_opens_the_stage_of_what_they_changed(
+        edits in prop::collection::vec(edit(), 1..25),
+    ) {
+        let mut world = world(true);
+        world.spec_author = Some(PEOPLE[0].into());
+        world.source_author = Some(Ok(PEOPLE[0].into()));
+        world.run(2, 15);
+        let mut digests = 0;
+        let mut approvals = 0;
+        for edit in &edits {
+            match edit {
+                Edit::Spec(who) => {
+                    world.spec_author = Some(PEOPLE[*who].into());
+                    digests += 1;
+                    world.desired.digest = format!("spec-{digests}");
+                }
+                Edit::Source(who) => {
+                    world.source_author = Some(Ok(PEOPLE[*who].into()));
+                    digests += 1;
+                    world.desired.digest = format!("source-{digests}");
+                }
+                Edit::Pause(_) => world.spec.paused = !world.spec.paused,
+                Edit::Approve(who, current) => {
+                    let revisions: Vec<String> =
+                        world.status.history.iter().map(|r| r.name.clone()).collect();
+                    let target = if *current {
+                        revisions.last()
+                    } else {
+                        revisions.iter().rev().nth(1)
+                    };
+                    if let Some(revision) = target.cloned() {
+                        approvals += 1;
+                        world.approve_as(PEOPLE[*who], &format!("a{approvals}"), "prod", &revision);
+                    }
+                }
+                Edit::Wait => {}
+            }
+            world.run(1, 15);
+        }
+        world.spec.paused = false;
+        world.run(4, 15);
+        for (region, revision, _) in world.publishes() {
+            if region == "c1" {
+                continue;
+            }
+            let record = world.status.history.iter().find(|r| r.name == revision);
+            let Some(record) = record else { continue };
+            let opened_by_someone_else = world.approvals.iter().any(|approval| {
+                approval.revision == revision
+                    && !record.authors.contains(&approval.approver)
+            });
+            prop_assert!(
+                opened_by_someone_else,
+                "{revision} reached {region} without an approval by a non-author: authors {:?}, approvals {:?}",
+                record.authors,
+                world.approvals.iter().map(|a| (&a.revision, &a.approver)).collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
 #[test]
 fn an_approval_by_the_author_under_four_eyes_is_refused_and_said_so() {
     let mut world = world(true);

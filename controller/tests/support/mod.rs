@@ -361,7 +361,6 @@ impl World {
             .unwrap_or_else(|| format!("no digest for {revision} yet"))
     }
 
-    /// Approves as `approver`.
     /// Who changed what the rollout declares now, as the controller reads it.
     fn revision_authors(&self) -> RevisionAuthors {
         let mut authors = RevisionAuthors::default();
@@ -383,6 +382,7 @@ impl World {
         authors
     }
 
+    /// Approves as `approver`.
     pub fn approve_as(&mut self, approver: &str, name: &str, stage: &str, revision: &str) {
         let approval = ApprovalObservation {
             name: name.to_string(),
