@@ -173,6 +173,18 @@ impl Terminal {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Types `keys` (tmux key names, e.g. `n`, `Enter`) into the terminal.
+    fn send_keys(&self, keys: &[&str]) {
+        let status = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(["send-keys", "-t", "plugin"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success(), "tmux send-keys: {status}");
+    }
+
     /// Waits until the screen shows `text`, and returns the screen.
     async fn wait_for(&self, text: &str) -> String {
         eventually(
@@ -542,6 +554,26 @@ async fn a_pinned_approval_never_lands_on_a_newer_revision(world: &World) {
     assert!(
         stderr.contains("approval for r2 refused: its digest is"),
         "{stderr}"
+    );
+    // In a terminal, without --revision, approve shows what it would approve and asks;
+    // answering no approves nothing.
+    {
+        let terminal = Terminal::start(world, User::ApproverAlice, &["approve", name]);
+        let screen = terminal.wait_for("Approve stage prod of r2 (digest ").await;
+        assert!(
+            screen.contains("stage prod awaits approval of r2 (digest "),
+            "{screen}"
+        );
+        terminal.send_keys(&["n", "Enter"]);
+        let screen = terminal.wait_for("plugin exited 1").await;
+        assert!(screen.contains("not approved"), "{screen}");
+    }
+    let made = within("list approvals", approvals.list(&Default::default())).await;
+    assert!(
+        made.items
+            .iter()
+            .all(|approval| approval.spec.rollout != name),
+        "answering no created an approval"
     );
     let digest = waiting
         .status
