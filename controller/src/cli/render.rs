@@ -199,10 +199,15 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
         ),
         Some(RolloutPhase::AwaitingApproval) => {
             let stage = status.current_stage.as_deref().unwrap_or("-");
+            // The short digest an approval would name, so that what was read is what is
+            // approved (issue 28).
+            let digest = super::approve::approvable(rollout)
+                .map(|(_, digest)| format!(" (digest {digest})"))
+                .unwrap_or_default();
             let mut what = if stage == CONTRACT_STAGE {
-                format!("an approval of the contract step of {revision}")
+                format!("an approval of the contract step of {revision}{digest}")
             } else {
-                format!("an approval of stage {stage} of {revision}")
+                format!("an approval of stage {stage} of {revision}{digest}")
             };
             if let Some(refused) = status
                 .true_condition(conditions::AWAITING_APPROVAL)

@@ -121,7 +121,7 @@ ConfigRollout team/app
   target:     ConfigMap app/app-config in every selected region
   phase:      AwaitingApproval   stage: prod   regions done: 1/3
   paused:     no   on failure: Halt   four-eyes: no
-  waiting on: an approval of stage prod of r2
+  waiting on: an approval of stage prod of r2 (digest 2222)
   unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage prod --revision r2 --digest 2222
   condition:  Progressing (RolloutProgressing): r2 (Single pass) at stage prod: 1/3 regions done
   condition:  AwaitingApproval (StageApprovalRequired): stage prod of r2 awaits a StageApproval
@@ -389,7 +389,7 @@ ConfigRollout team/app
   target:     ConfigMap app/app-config in every selected region
   phase:      AwaitingApproval   stage: contract   regions done: 3/3
   paused:     no   on failure: Halt   four-eyes: no
-  waiting on: an approval of the contract step of r2
+  waiting on: an approval of the contract step of r2 (digest 2222)
   unblocks:   an approver allowed to create stageapprovals in team: kubectl configrollout approve app -n team --stage contract --revision r2 --digest 2222
   condition:  AwaitingApproval (ContractApprovalRequired): the contract step of r2 awaits a StageApproval for stage contract
 revision r2 (Expand pass), declared 2026-12-03T08:00:00Z, 1 keys set, 2 removed, digest hmac-sha256:2222
@@ -515,7 +515,7 @@ fn list_and_history_tables() {
     other.status = None;
     let expected = "\
 NAMESPACE   NAME       PHASE              STAGE   REVISION   REGIONS   WAITING-ON
-team        app        AwaitingApproval   prod    r2         1/3       an approval of stage prod of r2
+team        app        AwaitingApproval   prod    r2         1/3       an approval of stage prod of r2 (digest 2222)
 team-b      payments   -                  -       -          -         the controller: no status yet
 ";
     assert_eq!(render_list(&[awaiting_prod(), other], true), expected);
