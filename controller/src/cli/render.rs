@@ -34,9 +34,24 @@ fn phase_name(phase: Option<RolloutPhase>) -> String {
 fn reason_and_message(condition: Option<&Condition>) -> String {
     match condition {
         Some(c) if c.message.is_empty() => c.reason.clone(),
-        Some(c) => format!("{}: {}", c.reason, c.message),
+        Some(c) => format!("{}: {}", c.reason, printable(&c.message)),
         None => "no reason recorded".to_owned(),
     }
+}
+
+/// `text` safe to print on one line of someone's terminal: status messages echo what
+/// tenants wrote (a selector, a query, a region's error), and a control character
+/// (ESC, CR, a line break) would let one tenant clear or overwrite the screen of everyone
+/// who lists rollouts. Each is shown as U+FFFD.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .collect(),
+    )
 }
 
 /// Whether the status was written for the spec as it is now (a status older than the
@@ -213,7 +228,7 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
                 .true_condition(conditions::AWAITING_APPROVAL)
                 .filter(|condition| condition.reason == "ApprovalRefused")
             {
-                let _ = write!(what, " ({})", refused.message);
+                let _ = write!(what, " ({})", printable(&refused.message));
             }
             let other_than = if rollout.spec.four_eyes {
                 match rollout.annotations().get(SPEC_AUTHOR_ANNOTATION) {
@@ -294,7 +309,7 @@ fn progressing(rollout: &ConfigRollout, status: &ConfigRolloutStatus, revision: 
         let list = unreachable
             .iter()
             .map(|region| match &region.last_error {
-                Some(error) => format!("{} ({error})", region.name),
+                Some(error) => format!("{} ({})", region.name, printable(error)),
                 None => region.name.clone(),
             })
             .collect::<Vec<_>>()
@@ -443,7 +458,7 @@ fn region_node(region: &RegionRolloutStatus, has_consumers: bool) -> Node {
     }
     let mut children = Vec::new();
     if let Some(error) = &region.last_error {
-        children.push(Node::leaf(format!("last error: {error}")));
+        children.push(Node::leaf(format!("last error: {}", printable(error))));
     }
     if !region.drifted_keys.is_empty() {
         children.push(Node::leaf(format!(
@@ -500,7 +515,7 @@ fn gate_node(rollout: &ConfigRollout, gate: &GateStatus) -> Node {
                 sample.verdict
             );
             if let Some(message) = &sample.message {
-                let _ = write!(line, ": {message}");
+                let _ = write!(line, ": {}", printable(message));
             }
             Node::leaf(line)
         })
@@ -625,7 +640,7 @@ pub fn render_get(rollout: &ConfigRollout) -> String {
         if conditions::is_true(condition) && !conditions::is_kstatus_summary(&condition.type_) {
             let mut line = format!("  condition:  {} ({})", condition.type_, condition.reason);
             if !condition.message.is_empty() {
-                let _ = write!(line, ": {}", condition.message);
+                let _ = write!(line, ": {}", printable(&condition.message));
             }
             let _ = writeln!(out, "{line}");
         }

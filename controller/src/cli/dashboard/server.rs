@@ -94,12 +94,14 @@ fn text(status: StatusCode, body: String) -> Response<Body> {
     respond(status, "text/plain; charset=utf-8", body)
 }
 
-/// One server-sent event carrying `data` (each line its own `data:` field).
+/// One server-sent event carrying `data` (each line its own `data:` field). A browser
+/// ends a line at CR, LF or CRLF alike, so all three are split on: a bare CR in text a
+/// tenant wrote cannot start a field of its own (`data: ALL COMPLETE`, `event: ...`).
 pub fn sse_event(data: &str) -> String {
     let mut out = String::with_capacity(data.len() + 16);
-    for line in data.split('\n') {
+    for line in data.replace("\r\n", "\n").split(['\r', '\n']) {
         out.push_str("data: ");
-        out.push_str(line.trim_end_matches('\r'));
+        out.push_str(line);
         out.push('\n');
     }
     out.push('\n');
@@ -454,6 +456,17 @@ mod tests {
     fn each_line_is_its_own_data_field() {
         assert_eq!(sse_event("<p>a</p>"), "data: <p>a</p>\n\n");
         assert_eq!(sse_event("a\r\nb"), "data: a\ndata: b\n\n");
+        // A bare CR ends a line in the browser: it never starts a field of its own.
+        let event = sse_event("a\rdata: ALL COMPLETE\revent: x");
+        assert_eq!(
+            event,
+            "data: a\ndata: data: ALL COMPLETE\ndata: event: x\n\n"
+        );
+        assert!(
+            event
+                .lines()
+                .all(|line| line.is_empty() || line.starts_with("data: "))
+        );
     }
 
     #[test]

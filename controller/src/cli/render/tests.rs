@@ -638,3 +638,21 @@ fn a_window_not_open_yet_says_when_it_opens() {
     .unwrap();
     assert!(!gate_node(&rollout, &sampled).text.contains("opens"));
 }
+
+#[test]
+fn tenant_text_cannot_drive_a_terminal() {
+    // Issue 29: a selector operator echoed into InvalidSpec cleared everyone's screen.
+    let mut rollout = awaiting_prod();
+    if let Some(status) = rollout.status.as_mut() {
+        for condition in &mut status.conditions {
+            condition.message = "In\u{1b}[2J\rdata: ALL COMPLETE\r\nnext".to_owned();
+        }
+    }
+    let shown = render_get(&rollout);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\r'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("In\u{fffd}[2J\u{fffd}data: ALL COMPLETE\u{fffd}\u{fffd}next"));
+    assert_eq!(printable("plain text"), "plain text");
+}
