@@ -280,8 +280,9 @@ enum Edit {
     Spec(usize),
     /// Changes the `fromConfigMap` source: a new revision, its source author the editor.
     Source(usize),
-    /// Pauses or resumes: declares nothing, makes no one an author.
-    Pause(usize),
+    /// Someone pauses or resumes: declares nothing, makes no one an author (the
+    /// spec-author policy leaves the stamp as it was).
+    Pause,
     /// Approves prod of the current revision, or of the one before it.
     Approve(usize, bool),
     /// Time passes.
@@ -294,7 +295,7 @@ fn edit() -> impl Strategy<Value = Edit> {
     prop_oneof![
         (0..3usize).prop_map(Edit::Spec),
         (0..3usize).prop_map(Edit::Source),
-        (0..3usize).prop_map(Edit::Pause),
+        Just(Edit::Pause),
         (0..3usize, any::<bool>()).prop_map(|(who, current)| Edit::Approve(who, current)),
         Just(Edit::Wait),
     ]
@@ -328,7 +329,7 @@ proptest! {
                     digests += 1;
                     world.desired.digest = format!("source-{digests}");
                 }
-                Edit::Pause(_) => world.spec.paused = !world.spec.paused,
+                Edit::Pause => world.spec.paused = !world.spec.paused,
                 Edit::Approve(who, current) => {
                     let revisions: Vec<String> =
                         world.status.history.iter().map(|r| r.name.clone()).collect();
