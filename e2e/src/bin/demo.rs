@@ -90,6 +90,13 @@ async fn demo(keep: bool) -> DemoResult<()> {
         .await
         .map_err(|e| e.to_string())?;
 
+    // As the platform admin: the policy that makes an approval's approver its creator.
+    // Without it the controller counts no approval.
+    println!("kubectl apply -f policies/stageapproval-approver.yaml");
+    lab.install_approver_policy()
+        .await
+        .map_err(|e| e.to_string())?;
+
     println!("Starting configrollout-controller as its own user...");
     let controller = lab
         .start_controller(
@@ -131,17 +138,24 @@ async fn demo(keep: bool) -> DemoResult<()> {
     watch_until(&rollouts, "AwaitingApproval").await?;
 
     // The approval as people give it: the kubectl plugin, on approver-alice's own
-    // kubeconfig; it finds the stage awaiting approval and the revision in the status.
+    // kubeconfig, naming the revision she reviewed (as `get` prints it).
+    let revision = rollouts
+        .get(ROLLOUT)
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .and_then(|status| status.revision)
+        .ok_or_else(|| "the rollout names no revision".to_owned())?;
     println!(
-        "\napprover-alice approves the production stage with the plugin:\n\n\
-         kubectl configrollout approve {ROLLOUT} -n {NAMESPACE} --reason 'canary looks healthy'"
+        "\napprover-alice approves the production stage of {revision} with the plugin:\n\n\
+         kubectl configrollout approve {ROLLOUT} -n {NAMESPACE} --revision {revision} --reason 'canary looks healthy'"
     );
     let kubeconfig = lab
         .kubeconfig(HUB, User::ApproverAlice)
         .map_err(|e| e.to_string())?;
     let approved = tokio::process::Command::new(sibling("lab-plugin")?)
         .env("KUBECONFIG", &kubeconfig)
-        .args(["approve", ROLLOUT, "-n", NAMESPACE])
+        .args(["approve", ROLLOUT, "-n", NAMESPACE, "--revision", &revision])
         .args(["--reason", "canary looks healthy"])
         .kill_on_drop(true)
         .output();
