@@ -107,15 +107,7 @@ impl StageApprovalSpec {
         approver: &str,
         reason: Option<String>,
     ) -> Option<Self> {
-        let digest = rollout
-            .status
-            .as_ref()?
-            .history
-            .iter()
-            .rev()
-            .find(|record| record.name == revision)?
-            .digest
-            .clone()?;
+        let digest = rollout.status.as_ref()?.record(revision)?.digest.clone()?;
         Some(StageApprovalSpec {
             rollout: rollout.metadata.name.clone()?,
             rollout_uid: rollout.metadata.uid.clone()?,

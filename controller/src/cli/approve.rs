@@ -49,13 +49,7 @@ pub fn short_digest(digest: &str) -> String {
 
 /// The history record of the revision the rollout is rolling out now.
 pub(super) fn current_record(rollout: &ConfigRollout) -> Option<&RevisionRecord> {
-    let status = rollout.status.as_ref()?;
-    let current = status.revision.as_deref()?;
-    status
-        .history
-        .iter()
-        .rev()
-        .find(|record| record.name == current)
+    rollout.status.as_ref()?.current_record()
 }
 
 /// Why an approval of `reviewed` may not be created for the rollout as it is now, if it

@@ -146,7 +146,7 @@ pub fn four_eyes_refusal(rollout: &ConfigRollout, approver: &str) -> Option<Stri
             "four-eyes: you ({approver}) changed what {} of configrollout {namespace}/{name} \
              declares (authors: {}), so someone else must approve it",
             record.name,
-            record.authors.join(", ")
+            printable(&record.authors.join(", "))
         ));
     }
     let author = rollout.annotations().get(SPEC_AUTHOR_ANNOTATION)?;
@@ -783,9 +783,9 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
                 record.outcome.clone().unwrap_or_else(|| "-".into()),
                 match (record.authors.is_empty(), &record.authors_unknown) {
                     (_, Some(_)) if record.authors.is_empty() => "unknown".to_owned(),
-                    (_, Some(_)) => format!("{},unknown", record.authors.join(",")),
+                    (_, Some(_)) => format!("{},unknown", printable(&record.authors.join(","))),
                     (true, None) => "-".to_owned(),
-                    (false, None) => record.authors.join(","),
+                    (false, None) => printable(&record.authors.join(",")).into_owned(),
                 },
             ]
         })

@@ -42,11 +42,7 @@ impl<'a> Wanted<'a> {
         stage: &'a str,
     ) -> Option<Self> {
         let revision = status.revision.as_deref()?;
-        let record = status
-            .history
-            .iter()
-            .rev()
-            .find(|record| record.name == revision)?;
+        let record = status.record(revision)?;
         // creationTimestamp has whole seconds: an approval made in the second the
         // revision was declared counts.
         let declared_at = from_time(&record.declared_at);

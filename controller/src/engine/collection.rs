@@ -67,13 +67,6 @@ pub fn progress_of(status: Option<&ConfigRolloutStatus>) -> WriterProgress {
     let Some(current) = status.revision.as_deref() else {
         return WriterProgress::CaughtUp;
     };
-    fn held_revision(region: &crate::api::RegionRolloutStatus) -> Option<&str> {
-        region
-            .materialized
-            .as_ref()
-            .filter(|mark| mark.step != Some(RevisionStep::Expand))
-            .map(|mark| mark.revision.as_str())
-    }
     let caught_up = !status.regions.is_empty()
         && status
             .regions
@@ -91,6 +84,16 @@ pub fn progress_of(status: Option<&ConfigRolloutStatus>) -> WriterProgress {
     WriterProgress::Behind { held }
 }
 
+/// The revision a region holds in full according to the status: its materialised mark,
+/// unless the mark is only the expand step of a revision.
+fn held_revision(region: &crate::api::RegionRolloutStatus) -> Option<&str> {
+    region
+        .materialized
+        .as_ref()
+        .filter(|mark| mark.step != Some(RevisionStep::Expand))
+        .map(|mark| mark.revision.as_str())
+}
+
 /// Why another writer of the target holds every collection back, when it does: the
 /// first region of its status that holds none of its revisions in full (never published
 /// there, or only its expand step), with the revision it waits for. Such a writer stops
@@ -103,11 +106,8 @@ pub fn holding_back(status: Option<&ConfigRolloutStatus>) -> Option<String> {
     let status = status?;
     let current = status.revision.as_deref().unwrap_or("its first revision");
     let region = status.regions.iter().find(|region| {
-        region
-            .materialized
-            .as_ref()
-            .filter(|mark| mark.step != Some(RevisionStep::Expand))
-            .and_then(|mark| revision_stamp(status, &mark.revision))
+        held_revision(region)
+            .and_then(|revision| revision_stamp(status, revision))
             .is_none()
     });
     Some(match region {
@@ -136,13 +136,7 @@ fn recorded(status: &ConfigRolloutStatus) -> Option<Stamp> {
 
 /// The stamp a revision was declared with, from the history.
 fn revision_stamp(status: &ConfigRolloutStatus, revision: &str) -> Option<Stamp> {
-    status
-        .history
-        .iter()
-        .find(|record| record.name == revision)?
-        .stamp
-        .parse()
-        .ok()
+    status.record(revision)?.stamp.parse().ok()
 }
 
 #[cfg(test)]

@@ -82,6 +82,50 @@ pub struct RevisionAuthors {
     pub unknown: Option<String>,
 }
 
+impl RevisionAuthors {
+    /// The authors from the stamps: the rollout's spec author (`None`: not stamped) and,
+    /// for `fromConfigMap`, the source's (`Err`: why it cannot be known). A stamp a relay
+    /// copied from a change's annotation is a tenant's text: one that is no user name
+    /// (longer than [`crate::api::MAX_APPROVER_LENGTH`], or holding control characters,
+    /// which would reach terminals through status and Events) makes the author unknown.
+    pub fn stamped(spec_author: Option<&str>, source_author: Option<Result<&str, &str>>) -> Self {
+        let mut authors = RevisionAuthors::default();
+        let mut unknown = Vec::new();
+        let stamps = [spec_author.ok_or_else(|| {
+            format!(
+                "the rollout carries no {} (policies/spec-author.yaml)",
+                crate::api::annotations::SPEC_AUTHOR_ANNOTATION
+            )
+        })]
+        .into_iter()
+        .chain(source_author.map(|author| author.map_err(str::to_owned)));
+        for stamp in stamps {
+            match stamp {
+                Ok(author) if !is_user_name(author) => unknown.push(
+                    "an author stamp is not a user name (too long, or with control characters)"
+                        .to_owned(),
+                ),
+                Ok(author) => {
+                    if !authors.known.iter().any(|known| known == author) {
+                        authors.known.push(author.to_owned());
+                    }
+                }
+                Err(why) => unknown.push(why),
+            }
+        }
+        if !unknown.is_empty() {
+            authors.unknown = Some(unknown.join("; "));
+        }
+        authors
+    }
+}
+
+/// Whether `name` can be a user name: bounded like an approver, no control characters.
+fn is_user_name(name: &str) -> bool {
+    u64::try_from(name.len()).is_ok_and(|len| len <= crate::api::MAX_APPROVER_LENGTH)
+        && !name.chars().any(char::is_control)
+}
+
 /// Whether an approval's `spec.approver` is known to be the user who created it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApproverBinding {
@@ -227,4 +271,33 @@ pub struct Control {
     pub abort_requested_at: Option<DateTime<Utc>>,
     /// When a retry was requested.
     pub retry_requested_at: Option<DateTime<Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authors_are_the_stamps_and_a_stamp_that_is_no_user_name_is_unknown() {
+        let both = RevisionAuthors::stamped(Some("ann"), Some(Ok("ben")));
+        assert_eq!(both.known, ["ann", "ben"]);
+        assert_eq!(both.unknown, None);
+        assert_eq!(
+            RevisionAuthors::stamped(Some("ann"), Some(Ok("ann"))).known,
+            ["ann"]
+        );
+        let unstamped = RevisionAuthors::stamped(None, Some(Err("not labelled")));
+        assert!(unstamped.known.is_empty());
+        let why = unstamped.unknown.unwrap_or_default();
+        assert!(
+            why.contains("spec-author") && why.contains("not labelled"),
+            "{why}"
+        );
+        // A relayed change-author is a tenant's text.
+        for forged in ["ann\u{1b}[2J", &"x".repeat(257)] {
+            let authors = RevisionAuthors::stamped(Some(forged), None);
+            assert!(authors.known.is_empty(), "{forged:?}");
+            assert!(authors.unknown.is_some());
+        }
+    }
 }

@@ -45,12 +45,16 @@ pub async fn collect(
             }
         }
         None => {
-            status.collection_waits_for = waiting_for(rollout, &others);
+            // Each writer that holds collection back, with why, worked out once.
+            let holding: Vec<(&ConfigRollout, String)> = others
+                .iter()
+                .filter_map(|other| Some((other, collection::holding_back(other.status.as_ref())?)))
+                .collect();
+            status.collection_waits_for = waiting_for(rollout, &holding);
             tracing::info!(
-                waits_for = ?others
+                waits_for = ?holding
                     .iter()
-                    .filter(|other| collection::holding_back(other.status.as_ref()).is_some())
-                    .map(|other| format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any()))
+                    .map(|(other, _)| format!("{}/{}", other.namespace().unwrap_or_default(), other.name_any()))
                     .collect::<Vec<_>>(),
                 "another writer of the target has not reached every region; nothing collected"
             );
@@ -59,21 +63,20 @@ pub async fn collect(
 }
 
 /// Who holds collection back, in words for the status: the first other writer that
-/// has not reached every region, named only when it is in the rollout's own namespace
-/// (another team's rollout names are none of this status's business).
-fn waiting_for(rollout: &ConfigRollout, others: &[ConfigRollout]) -> Option<String> {
-    others.iter().find_map(|other| {
-        let why = collection::holding_back(other.status.as_ref())?;
-        let who = if other.namespace() == rollout.namespace() {
-            format!("rollout {}", other.name_any())
-        } else {
-            "a rollout in another namespace".to_owned()
-        };
-        Some(format!(
-            "{who} also writes configmap {}/{} and {why}: tombstones wait for it",
-            rollout.spec.target.namespace, rollout.spec.target.name
-        ))
-    })
+/// has not reached every region (`holding`, with why), named only when it is in the
+/// rollout's own namespace (another team's rollout names are none of this status's
+/// business).
+fn waiting_for(rollout: &ConfigRollout, holding: &[(&ConfigRollout, String)]) -> Option<String> {
+    let (other, why) = holding.first()?;
+    let who = if other.namespace() == rollout.namespace() {
+        format!("rollout {}", other.name_any())
+    } else {
+        "a rollout in another namespace".to_owned()
+    };
+    Some(format!(
+        "{who} also writes configmap {}/{} and {why}: tombstones wait for it",
+        rollout.spec.target.namespace, rollout.spec.target.name
+    ))
 }
 
 /// Every other rollout whose target is this rollout's, in any namespace (found by the

@@ -30,9 +30,9 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(15);
 /// The shortest time between two reads asked for by an unknown key id.
 pub const FORCED_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Why a Secret holds no usable digest key.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KeySecretError {
+/// Why the digest key Secret gave no usable key.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestKeyError {
     /// No `key` field.
     #[error("the Secret has no field {KEY_FIELD:?}")]
     NoKey,
@@ -44,19 +44,25 @@ pub enum KeySecretError {
         /// Why.
         reason: String,
     },
+    /// The hub did not answer.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    /// The Secret is gone.
+    #[error("the Secret is missing")]
+    Missing,
 }
 
 /// The digest key a Secret holds: `key`, still trusting `previous` when present.
-pub fn from_secret(secret: &Secret) -> Result<DigestKey, KeySecretError> {
+pub fn from_secret(secret: &Secret) -> Result<DigestKey, DigestKeyError> {
     let data = secret.data.as_ref();
     let field = |name: &'static str| data.and_then(|data| data.get(name));
     let parse = |name: &'static str, bytes: &[u8]| {
-        DigestKey::new(bytes).map_err(|error| KeySecretError::BadKey {
+        DigestKey::new(bytes).map_err(|error| DigestKeyError::BadKey {
             field: name,
             reason: error.to_string(),
         })
     };
-    let key = parse(KEY_FIELD, &field(KEY_FIELD).ok_or(KeySecretError::NoKey)?.0)?;
+    let key = parse(KEY_FIELD, &field(KEY_FIELD).ok_or(DigestKeyError::NoKey)?.0)?;
     match field(PREVIOUS_KEY_FIELD) {
         Some(previous) => Ok(key.with_previous(&parse(PREVIOUS_KEY_FIELD, &previous.0)?)),
         None => Ok(key),
@@ -118,7 +124,7 @@ impl DigestKeys {
         &self,
         hub: &kube::Client,
         min_interval: Duration,
-    ) -> Result<bool, ReloadError> {
+    ) -> Result<bool, DigestKeyError> {
         {
             let mut last_read = match self.last_read.lock() {
                 Ok(guard) => guard,
@@ -132,7 +138,7 @@ impl DigestKeys {
         let api: Api<Secret> = Api::namespaced(hub.clone(), &self.namespace);
         let secret = api_call("read digest key", api.get_opt(&self.name))
             .await?
-            .ok_or(ReloadError::Missing)?;
+            .ok_or(DigestKeyError::Missing)?;
         let mut read = from_secret(&secret)?;
         if self.accept_unsigned_states {
             read = read.accepting_unsigned_states();
@@ -174,20 +180,6 @@ impl DigestKeys {
     }
 }
 
-/// Why the Secret was not read again.
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    /// The hub did not answer.
-    #[error(transparent)]
-    Hub(#[from] HubError),
-    /// The Secret is gone.
-    #[error("the Secret is missing")]
-    Missing,
-    /// It holds no usable key.
-    #[error(transparent)]
-    Secret(#[from] KeySecretError),
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -224,16 +216,16 @@ mod tests {
 
     #[test]
     fn a_secret_without_a_usable_key_names_the_field() {
-        assert_eq!(
+        assert!(matches!(
             from_secret(&secret(&[(PREVIOUS_KEY_FIELD, OLD)])).unwrap_err(),
-            KeySecretError::NoKey
-        );
+            DigestKeyError::NoKey
+        ));
         let error =
             from_secret(&secret(&[(KEY_FIELD, NEW), (PREVIOUS_KEY_FIELD, b"short")])).unwrap_err();
         assert!(
             matches!(
                 error,
-                KeySecretError::BadKey {
+                DigestKeyError::BadKey {
                     field: "previous",
                     ..
                 }

@@ -147,7 +147,16 @@ pub async fn observe(
         target_refusals,
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
-        revision_authors: revision_authors(rollout, fetched),
+        revision_authors: RevisionAuthors::stamped(
+            rollout
+                .annotations()
+                .get(SPEC_AUTHOR_ANNOTATION)
+                .map(String::as_str),
+            fetched
+                .source_author
+                .as_ref()
+                .map(|author| author.as_deref().map_err(String::as_str)),
+        ),
         four_eyes_default: ctx.four_eyes_default,
         gate_settle_time: ctx.gate_settle_time,
         missing_policies,
@@ -157,30 +166,6 @@ pub async fn observe(
         }),
     };
     Ok((observations, reads))
-}
-
-/// Who changed what the rollout declares now: the spec's author and, for `fromConfigMap`,
-/// the source's, as the apiserver stamped them; why one is not known, if so.
-fn revision_authors(rollout: &ConfigRollout, fetched: &Fetched) -> RevisionAuthors {
-    let mut authors = RevisionAuthors::default();
-    let mut unknown = Vec::new();
-    match rollout.annotations().get(SPEC_AUTHOR_ANNOTATION) {
-        Some(author) => authors.known.push(author.clone()),
-        None => unknown.push(format!(
-            "the rollout carries no {SPEC_AUTHOR_ANNOTATION} (policies/spec-author.yaml)"
-        )),
-    }
-    match &fetched.source_author {
-        Some(Ok(author)) if !authors.known.contains(author) => {
-            authors.known.push(author.clone());
-        }
-        Some(Err(why)) => unknown.push(why.clone()),
-        _ => {}
-    }
-    if !unknown.is_empty() {
-        authors.unknown = Some(unknown.join("; "));
-    }
-    authors
 }
 
 /// Stamps after this wall-clock time (ms) are further ahead than the drift bound.
@@ -300,12 +285,7 @@ async fn sample_gates(
 
 /// The digest `status.history` recorded for `revision`.
 fn recorded_digest(status: &crate::api::ConfigRolloutStatus, revision: &str) -> Option<String> {
-    status
-        .history
-        .iter()
-        .rev()
-        .find(|record| record.name == revision)
-        .and_then(|record| record.digest.clone())
+    status.record(revision)?.digest.clone()
 }
 
 #[cfg(test)]

@@ -363,23 +363,12 @@ impl World {
 
     /// Who changed what the rollout declares now, as the controller reads it.
     fn revision_authors(&self) -> RevisionAuthors {
-        let mut authors = RevisionAuthors::default();
-        let mut unknown = Vec::new();
-        match &self.spec_author {
-            Some(author) => authors.known.push(author.clone()),
-            None => unknown.push("the rollout carries no configrollout.dev/spec-author".to_owned()),
-        }
-        match &self.source_author {
-            Some(Ok(author)) if !authors.known.contains(author) => {
-                authors.known.push(author.clone())
-            }
-            Some(Err(why)) => unknown.push(why.clone()),
-            _ => {}
-        }
-        if !unknown.is_empty() {
-            authors.unknown = Some(unknown.join("; "));
-        }
-        authors
+        RevisionAuthors::stamped(
+            self.spec_author.as_deref(),
+            self.source_author
+                .as_ref()
+                .map(|author| author.as_deref().map_err(String::as_str)),
+        )
     }
 
     /// Approves as `approver`.

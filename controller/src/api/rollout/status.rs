@@ -98,6 +98,19 @@ pub struct ShardWriter {
 }
 
 impl ConfigRolloutStatus {
+    /// The history record of `revision`, if the history still keeps it.
+    pub fn record(&self, revision: &str) -> Option<&RevisionRecord> {
+        self.history
+            .iter()
+            .rev()
+            .find(|record| record.name == revision)
+    }
+
+    /// The history record of the revision being rolled out now.
+    pub fn current_record(&self) -> Option<&RevisionRecord> {
+        self.record(self.revision.as_deref()?)
+    }
+
     /// The condition of type `type_` (one of [`conditions`]), whatever its status.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions
