@@ -26,7 +26,7 @@ soak:
 	PROPTEST_CASES=$(SOAK_CASES) $(CARGO) test --locked --release -p configrollout \
 		--test crdt_properties --test engine_properties --test hostile_specs \
 		--test rollout_sequences --test ownership_properties --test approval_properties \
-		--test tenancy_properties
+		--test tenancy_properties --test convergence_properties
 
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:

@@ -220,7 +220,9 @@ impl Lab {
                 controllers.start(&self.programs, &slot.plane.kubeconfig(User::Admin))?;
             }
         }
-        prometheus.wait_ready(&self.http).await?;
+        prometheus
+            .wait_ready_retrying(&self.programs, &self.http)
+            .await?;
         self.prometheus = Some(prometheus);
 
         let hub = self.hub.client(User::Admin)?;

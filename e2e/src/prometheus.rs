@@ -17,6 +17,8 @@ use crate::process::{LabProcess, STOP_GRACE, log_tail};
 pub const DEFAULT_PROMETHEUS_BINARY: &str = "/usr/bin/prometheus";
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the server is started again after losing a port race.
+const PORT_RACE_RETRIES: usize = 3;
 
 /// One series of an instant query result.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +99,33 @@ impl Prometheus {
 
     pub(crate) fn pid(&self) -> Option<u32> {
         self.process.as_ref().map(LabProcess::pid)
+    }
+
+    /// [`Prometheus::wait_ready`] for a first start, starting the server again on another
+    /// port when the one picked as free was taken before the server bound it (the control
+    /// planes starting at the same time pick ports too).
+    pub(crate) async fn wait_ready_retrying(
+        &mut self,
+        programs: &GoPrograms,
+        http: &reqwest::Client,
+    ) -> Result<(), LabError> {
+        for _ in 0..PORT_RACE_RETRIES {
+            match self.wait_ready(http).await {
+                Err(LabError::ProcessExited { log_tail, .. })
+                    if log_tail.contains("address already in use") =>
+                {
+                    tracing::warn!(
+                        port = self.port,
+                        "prometheus lost its port before binding it; starting again"
+                    );
+                    self.process = None;
+                    self.port = free_port()?;
+                    self.start_process(programs)?;
+                }
+                other => return other,
+            }
+        }
+        self.wait_ready(http).await
     }
 
     /// Waits until `/-/ready` answers.

@@ -208,15 +208,17 @@ mod tests {
         let b_latest = writer_stamp(20, "rollout:team/b");
         assert_eq!(collection_point(&b_latest, std::slice::from_ref(&a)), None);
 
-        // Had B collected at its own point, region-1's horizon would pass A's write
-        // before it lands, and A's other key, set in the same revision, would be taken
-        // for a write region-1 had outlived: lost there, for good.
-        let mut a_both = a_set.clone();
-        a_both.set("j", "w", writer_stamp(10, "rollout:team/a"));
+        // Had B collected at its own point, region-1 would drop B's tombstone before A's
+        // write lands; A's write is one region-1 never merged, so it is taken, and `k` is
+        // back in region-1 and nowhere else, for good.
         let mut naive = region_1.clone();
         collect_tombstones(&mut naive, &b_latest);
-        naive.apply(&a_both);
-        assert_eq!(naive.live().get("j"), None, "the loss this prevents");
+        naive.apply(&a_set);
+        assert_eq!(
+            naive.live().get("k"),
+            Some(&"v"),
+            "the resurrection this prevents"
+        );
 
         // Once A has landed everywhere (held through 10), the point is 10: B's tombstone
         // at 20 stays until A passes it.
@@ -240,6 +242,88 @@ mod tests {
             assert!(region.live().is_empty());
             assert!(region.holds("k", a_set.get("k").unwrap()));
         }
+    }
+
+    /// Issue 43, trace 1: A's revision removes its key k4 and A collects through that
+    /// removal (T = 1_000) everywhere. B, reconciled by a process whose clock is 26 ms
+    /// behind, declares k1 at T - 26. Every region must take it: it is a write none of them
+    /// has merged, whatever the horizon says.
+    #[test]
+    fn a_write_stamped_below_the_horizon_by_a_clock_behind_still_lands() {
+        let a = |wall| writer_stamp(wall, "rollout:team/a");
+        let b = |wall| writer_stamp(wall, "rollout:team/b");
+        let b_first: Delta = [("k2", crate::crdt::Entry::live("2", b(100)))]
+            .into_iter()
+            .collect();
+        let a_first: Delta = [("k4", crate::crdt::Entry::live("4", a(200)))]
+            .into_iter()
+            .collect();
+        let a_removal: Delta = [("k4", crate::crdt::Entry::tombstone(a(1_000)))]
+            .into_iter()
+            .collect();
+        let mut b_second = b_first.clone();
+        b_second.set("k1", "1", b(974));
+
+        let mut regions: Vec<Replica> = (0..3).map(|_| Replica::new()).collect();
+        for region in &mut regions {
+            region.apply(&b_first);
+            region.apply(&a_first);
+            region.apply(&a_removal);
+            assert_eq!(collect_tombstones(region, &a(1_000)), 1);
+            assert!(
+                !region.holds("k1", b_second.get("k1").unwrap()),
+                "before it lands, no region reads as holding B's new key"
+            );
+            region.apply(&b_second);
+            assert_eq!(
+                region.live(),
+                [("k1", "1"), ("k2", "2")].into_iter().collect(),
+                "B's key lands though stamped below the horizon"
+            );
+            // Delivered again, it is still held, and A's removed key stays removed.
+            region.apply(&b_second);
+            region.apply(&a_first);
+            assert_eq!(region.live().len(), 2);
+            assert!(region.holds("k4", a_first.get("k4").unwrap()));
+        }
+    }
+
+    /// Issue 43, trace 2: region-1's namespace is restored from a backup taken before B
+    /// published k4 there; A then collects through a point above B's k4 stamp. B's next
+    /// publication must bring k4 back, and until it has, the region must not read as
+    /// holding it.
+    #[test]
+    fn a_restored_replica_takes_back_the_writes_it_lost_above_a_raised_horizon() {
+        let a = |wall| writer_stamp(wall, "rollout:team/a");
+        let b = |wall| writer_stamp(wall, "rollout:team/b");
+        let a_state: Delta = [("k1", crate::crdt::Entry::live("1", a(10)))]
+            .into_iter()
+            .collect();
+        let b_state: Delta = [("k4", crate::crdt::Entry::live("4", b(20)))]
+            .into_iter()
+            .collect();
+        let mut region = Replica::new();
+        region.apply(&a_state);
+        let backup = region.clone();
+        region.apply(&b_state);
+        assert_eq!(region.live().len(), 2);
+
+        let mut restored = backup;
+        let mut a_later = a_state.clone();
+        a_later.remove("k0", a(30));
+        restored.apply(&a_later);
+        collect_tombstones(&mut restored, &a(30));
+        assert_eq!(restored.horizon(), Some(&a(30)));
+        let k4 = b_state.get("k4").unwrap();
+        assert!(
+            !restored.holds("k4", k4),
+            "a key the restore lost is not read as merged and outlived"
+        );
+        restored.apply(&b_state);
+        assert_eq!(
+            restored.live(),
+            [("k1", "1"), ("k4", "4")].into_iter().collect()
+        );
     }
 
     #[test]

@@ -249,9 +249,12 @@ impl<K: Into<Arc<str>>> FromIterator<(K, Entry)> for Delta {
 ///
 /// The horizon is a stable point (see [`super::compaction`]): every write stamped at or
 /// below it had been merged when the tombstones at or below it were dropped. An incoming
-/// entry at or below the horizon for a key the replica does not hold is therefore one it
-/// has merged and outlived (its tombstone was collected), and it is ignored rather than
-/// resurrecting the key.
+/// entry at or below the horizon for a key the replica does not hold, from a writer the
+/// replica has merged through that entry's stamp, is therefore one it has merged and
+/// outlived (its tombstone was collected), and it is ignored rather than resurrecting the
+/// key. The writer's frontier is asked too because a horizon is only as stable as the
+/// clocks and backups behind it: a write stamped below it by a clock that is behind, or
+/// one a restored replica lost, was never merged here, and is taken.
 ///
 /// The entries are one vector sorted by key, the order the codec reads and writes them
 /// in: decoding a companion builds it without sorting, encoding walks it. A key is found
@@ -338,8 +341,23 @@ impl Replica {
     pub fn holds(&self, key: &str, entry: &Entry) -> bool {
         match self.get(key) {
             Some(held) => held.precedence(entry).is_ge(),
-            None => self.is_below_horizon(&entry.stamp),
+            None => self.has_outlived(entry),
         }
+    }
+
+    /// Whether an entry for a key this replica does not hold is one it merged and then
+    /// outlived: at or below the horizon, *and* at or below what the replica has merged
+    /// from the entry's writer. The second half is what keeps a write the replica never
+    /// saw from being taken for one it outlived when the horizon got ahead of it: a
+    /// writer on a clock behind the one that collected (its stamps land below the
+    /// horizon), or a replica restored from a backup taken before the write whose
+    /// horizon another writer's collection then raised. When the horizon is a true
+    /// stable point both halves hold for every write at or below it, so nothing changes.
+    fn has_outlived(&self, entry: &Entry) -> bool {
+        self.is_below_horizon(&entry.stamp)
+            && self
+                .frontier_of(&entry.stamp.writer)
+                .is_some_and(|merged| entry.stamp <= *merged)
     }
 
     fn is_below_horizon(&self, stamp: &Stamp) -> bool {
@@ -353,10 +371,13 @@ impl Replica {
     /// the same delta again changes nothing (every entry comes back `unchanged` or
     /// `lost`).
     pub fn apply(&mut self, delta: &Delta) -> MergeOutcome {
+        // Joined against the frontiers from before this delta: what it brings is not
+        // something the replica had merged already.
+        let outcome = self.join(delta.entries.iter());
         for (_, entry) in delta.iter() {
             self.advance_frontier(&entry.stamp.writer, &entry.stamp);
         }
-        self.join(delta.entries.iter())
+        outcome
     }
 
     /// Joins another replica's full state into this one, frontiers included. The
@@ -365,10 +386,10 @@ impl Replica {
     /// costs what applying `other`'s entries as one delta costs. The higher horizon wins,
     /// and tombstones at or below it are dropped.
     pub fn merge(&mut self, other: &Replica) -> MergeOutcome {
+        let outcome = self.join(other.entries.iter());
         for (writer, stamp) in &other.frontiers {
             self.advance_frontier(writer, stamp);
         }
-        let outcome = self.join(other.entries.iter());
         if let Some(horizon) = &other.horizon {
             self.collect_through(horizon);
         }
@@ -450,9 +471,7 @@ impl Replica {
                     }
                 }
                 // Merged before and outlived: its tombstone was collected.
-                Err(_) if self.is_below_horizon(&entry.stamp) => {
-                    outcome.lost = outcome.lost.saturating_add(1)
-                }
+                Err(_) if self.has_outlived(entry) => outcome.lost = outcome.lost.saturating_add(1),
                 Err(at) => {
                     outcome.won = outcome.won.saturating_add(1);
                     added.push((at, (Arc::clone(key), entry.clone())));

@@ -372,7 +372,7 @@ pub fn revision_number(name: &str) -> i64 {
 
 /// The target's stable point recorded in status. Only the controller writes status; a
 /// value that does not parse collects nothing.
-fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
+pub(super) fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
     let text = rollout.status.as_ref()?.collected_through.as_deref()?;
     match text.parse() {
         Ok(stamp) => Some(stamp),

@@ -13,7 +13,7 @@ use crate::crdt::{DigestKey, Stamp};
 use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
 use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
-use crate::regions::publication::{RevisionState, evidence};
+use crate::regions::publication::{RevisionState, evidence, restored_removed_keys};
 use crate::regions::store::{self, Ownership, Snapshot, StateSignature};
 use crate::telemetry::metrics::{StateRefusal, WriteKind};
 
@@ -146,12 +146,21 @@ pub async fn read_region(
             if let Some(revision) = current {
                 let two_pass = rollout.spec.strategy.expand_contract == ExpandContract::Auto
                     && revision.removes_keys();
-                let found = evidence(
+                let mut found = evidence(
                     &inspection.replica,
                     revision,
                     two_pass,
                     reader.stamp_bound_ms,
                 );
+                let collected = super::act::collected_through(rollout);
+                if restored_removed_keys(&inspection.replica, revision, collected.as_ref()) > 0 {
+                    tracing::info!(
+                        region = %observation.name,
+                        revision = %revision.name,
+                        "region holds keys the rollout removed and collected (a restore?); publishing again"
+                    );
+                    found.applied = None;
+                }
                 // A target whose digest is not its companion's has not caught up: the
                 // second write of a merge did not happen (a conflict, a crash). The
                 // region does not hold the revision yet; the next merge finishes it.
@@ -311,6 +320,18 @@ fn stamps(
         future = future.saturating_add(u32::try_from(hidden.max(1)).unwrap_or(u32::MAX));
     } else if future == 0 && replica.frontiers().values().any(ahead) {
         future = 1;
+    }
+    // The horizon and frontiers too: a collection another process made (on its own clock)
+    // leaves no entry at its point, only the horizon, and a revision stamped below it
+    // would be stamped among writes the region takes as merged.
+    for stamp in replica
+        .horizon()
+        .into_iter()
+        .chain(replica.frontiers().values())
+    {
+        if !ahead(stamp) && latest.is_none_or(|latest| stamp > latest) {
+            latest = Some(stamp);
+        }
     }
     (latest.cloned(), future)
 }

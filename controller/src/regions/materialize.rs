@@ -106,10 +106,11 @@ pub struct Compaction<'a> {
     /// replica's horizon is raised to it.
     pub through: Option<&'a Stamp>,
     /// Set when the delta is the whole state of this rollout writer (a revision's
-    /// publication). A replica whose horizon is below `through` missed the collection (a
-    /// companion restored from a backup, say): it may hold this writer's entries that a
-    /// collected tombstone had outlived everywhere else. Those entries, at or below
-    /// `through` and absent from the state, are dropped, so a deleted key stays deleted.
+    /// publication). A replica that missed the collection (a companion restored from a
+    /// backup, say) may hold this writer's entries that a collected tombstone had outlived
+    /// everywhere else. Those entries, at or below `through` and absent from the state,
+    /// are dropped, so a deleted key stays deleted; whatever the replica's horizon, which
+    /// another writer's collection may have raised since the restore.
     pub rebase: Option<&'a WriterId>,
 }
 
@@ -212,10 +213,11 @@ pub fn plan(
             .collect();
         replica.apply(&adopted);
     }
+    // Whatever the horizon says: it may have been raised by another writer's collection
+    // after a restore brought back this writer's collected keys (one horizon for all
+    // writers cannot say whose collection a replica missed).
     let rebased = match (request.compaction.rebase, request.compaction.through) {
-        (Some(writer), Some(through)) if replica.horizon().is_none_or(|h| h < through) => {
-            rebase(&mut replica, writer, through, request.delta)
-        }
+        (Some(writer), Some(through)) => rebase(&mut replica, writer, through, request.delta),
         _ => Vec::new(),
     };
     let outcome = replica.apply(request.delta);
@@ -783,6 +785,78 @@ mod tests {
             rebased.target_data,
             data(&[("foreign", "kept"), ("pinned", "1"), ("rate", "200")])
         );
+    }
+
+    /// Issue 43, trace 3: A removed k2 and collected it everywhere; region-2 is then
+    /// restored from a backup that still holds k2. B publishes there first, raising the
+    /// horizon past A's point; A's publication must still drop k2.
+    #[test]
+    fn a_restored_key_stays_deleted_when_another_writer_raised_the_horizon_first() {
+        let policy = DriftPolicy::Report;
+        let a = WriterId::parse("rollout:team/a").unwrap();
+        let b = WriterId::parse("rollout:team/b").unwrap();
+        let a_stamp = |wall| Stamp::new(wall, 0, a.clone());
+        let b_stamp = |wall| Stamp::new(wall, 0, b.clone());
+        let publish = |target: &TargetView,
+                       companion: &CompanionView,
+                       state: &Delta,
+                       writer: &WriterId,
+                       through: &Stamp| {
+            let request = MergeRequest {
+                compaction: Compaction {
+                    through: Some(through),
+                    rebase: Some(writer),
+                },
+                owner: Some(writer),
+                ..request(state, &policy)
+            };
+            plan(&key(), Some(target), Some(companion), request).unwrap()
+        };
+        // The backup: A's k2 and k3, B's k5, nothing collected yet.
+        let a_before: Delta = [
+            ("k2", Entry::live("old", a_stamp(10))),
+            ("k3", Entry::live("3", a_stamp(10))),
+        ]
+        .into_iter()
+        .collect();
+        let b_state: Delta = [("k5", Entry::live("5", b_stamp(15)))]
+            .into_iter()
+            .collect();
+        let first = plan(&key(), None, None, request(&a_before, &policy)).unwrap();
+        let (target, companion) = written(&first);
+        let backup = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&b_state, &policy),
+        )
+        .unwrap();
+        let (target, companion) = written(&backup);
+
+        // Since: A removed k2 at 20 and the target collected through 40; A's state no
+        // longer has k2 at all. B declared again at 50.
+        let a_state: Delta = [("k3", Entry::live("3", a_stamp(10)))]
+            .into_iter()
+            .collect();
+        let mut b_later = b_state.clone();
+        b_later.set("k6", "6", b_stamp(50));
+        let through = a_stamp(40);
+
+        let after_b = publish(&target, &companion, &b_later, &b, &through);
+        assert_eq!(after_b.replica.horizon(), Some(&through));
+        assert_eq!(
+            after_b.target_data.get("k2").map(String::as_str),
+            Some("old"),
+            "not B's key to drop"
+        );
+        let (target, companion) = written(&after_b);
+        let after_a = publish(&target, &companion, &a_state, &a, &through);
+        assert_eq!(
+            after_a.target_data,
+            data(&[("k3", "3"), ("k5", "5"), ("k6", "6")]),
+            "the key A deleted stays deleted"
+        );
+        assert!(after_a.replica.get("k2").is_none());
     }
 
     #[test]

@@ -280,6 +280,32 @@ pub struct Evidence {
     pub rolled_back: bool,
 }
 
+/// How many keys `replica` holds live under `revision`'s writer, stamped at or below
+/// `collected` (the writer's recorded collection point), that the revision's state no
+/// longer has: keys the rollout removed and collected, back in a region restored from a
+/// backup taken before the removal. Such a region does not hold the revision, whatever
+/// the keys the revision does have say: publishing it again rebases the region (see
+/// `regions::materialize`), which drops them.
+pub fn restored_removed_keys(
+    replica: &Replica,
+    revision: &RevisionState,
+    collected: Option<&Stamp>,
+) -> usize {
+    let Some(collected) = collected else {
+        return 0;
+    };
+    let writer = &revision.stamp.writer;
+    replica
+        .iter()
+        .filter(|(key, entry)| {
+            !entry.is_tombstone()
+                && entry.stamp.writer == *writer
+                && entry.stamp <= *collected
+                && revision.state.get(key).is_none()
+        })
+        .count()
+}
+
 /// Reads the evidence of `revision` in `replica`. `two_pass` says whether the revision
 /// runs expand then contract.
 ///
@@ -647,7 +673,12 @@ mod tests {
             WriterId::parse("rollout:team/limits").unwrap(),
         );
         crdt::collect_tombstones(&mut region, &far);
-        // Below the horizon, the absent key reads as merged and outlived...
+        // A horizon alone says nothing of a writer the region never merged.
+        assert_eq!(evidence(&region, &r1, false, u64::MAX).applied, None);
+        // With the writer merged through it too, the absent key reads as merged and
+        // outlived...
+        region.apply(&[("b", Entry::tombstone(far.clone()))].into_iter().collect());
+        crdt::collect_tombstones(&mut region, &far);
         assert_eq!(
             evidence(&region, &r1, false, u64::MAX).applied,
             Some(RevisionStep::Single)

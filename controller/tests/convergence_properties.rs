@@ -1,0 +1,428 @@
+//! Convergence of a shared target under any interleaving (issue 43): two rollouts writing
+//! disjoint keys of one ConfigMap in three regions, declaring on two processes whose clocks
+//! differ by up to the drift bound (shards, or a failover), publishing and collecting in
+//! any order, with region namespaces saved and restored from those copies at any time.
+//!
+//! Each step runs the code the controller runs: revisions are `RevisionState`s declared
+//! through the rollout's recorded collection point, a publication is
+//! `regions::materialize::plan` with the rollout's point and its rebase, the point comes
+//! from `crdt::collection_point` over the other writer's progress as its (sticky) status
+//! marks say, and "the region holds the revision" is `publication::evidence` plus the
+//! restored-key check the region read makes.
+//!
+//! After every step: no region reads as holding a rollout's current revision unless its
+//! target holds exactly that revision's keys and values (so no rollout can be Complete
+//! while a region lacks one of its keys or serves one it removed). At the end, once each
+//! rollout has published to every region: every region holds exactly both rollouts' keys.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use configrollout::api::DriftPolicy;
+use configrollout::crdt::{self, DigestKey, Replica, Stamp, WriterId, WriterProgress};
+use configrollout::regions::materialize::{
+    Compaction, CompanionView, MergeRequest, TargetView, plan,
+};
+use configrollout::regions::publication::{RevisionState, evidence, restored_removed_keys};
+use proptest::prelude::*;
+use support::proptest_cases;
+
+const REGIONS: usize = 3;
+const KEYS: [[&str; 3]; 2] = [["a1", "a2", "a3"], ["b1", "b2", "b3"]];
+const VALUES: [&str; 3] = ["0", "1", "2"];
+/// The clock drift the controller tolerates (`MAX_CLOCK_DRIFT`), in ms.
+const MAX_DRIFT_MS: u64 = 60_000;
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Time passes.
+    Tick(u64),
+    /// Rollout `rollout` changes one key (or removes it) and, if that changes what it
+    /// declares, declares a revision stamped by process `clock`, which first observed the
+    /// regions (as the region read does) or did not get to (a read before another
+    /// process's collection reached them).
+    Declare {
+        rollout: usize,
+        clock: usize,
+        key: usize,
+        value: Option<usize>,
+        observe: bool,
+    },
+    /// The rollout publishes its current revision to a region, and records in its status
+    /// whether the region holds it.
+    Publish { rollout: usize, region: usize },
+    /// The rollout reads a region and records whether it holds its current revision.
+    Observe { rollout: usize, region: usize },
+    /// The rollout, Complete (every region reads as holding its current revision),
+    /// records a collection point.
+    Collect { rollout: usize },
+    /// A copy of a region namespace is saved (a backup).
+    Save { region: usize },
+    /// A region namespace is replaced by one of its saved copies (a restore).
+    Restore { region: usize, copy: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => (1..2_000_u64).prop_map(Step::Tick),
+        3 => (0..2_usize, 0..2_usize, 0..3_usize, prop::option::of(0..3_usize), any::<bool>())
+            .prop_map(|(rollout, clock, key, value, observe)| Step::Declare {
+                rollout,
+                clock,
+                key,
+                value,
+                observe,
+            }),
+        5 => (0..2_usize, 0..REGIONS).prop_map(|(rollout, region)| Step::Publish { rollout, region }),
+        2 => (0..2_usize, 0..REGIONS).prop_map(|(rollout, region)| Step::Observe { rollout, region }),
+        3 => (0..2_usize).prop_map(|rollout| Step::Collect { rollout }),
+        1 => (0..REGIONS).prop_map(|region| Step::Save { region }),
+        1 => (0..REGIONS, 0..8_usize).prop_map(|(region, copy)| Step::Restore { region, copy }),
+    ]
+}
+
+#[derive(Debug, Clone, Default)]
+struct RegionObjects {
+    target: Option<TargetView>,
+    companion: Option<CompanionView>,
+}
+
+impl RegionObjects {
+    fn replica(&self) -> Replica {
+        self.companion
+            .as_ref()
+            .and_then(|c| c.state.as_deref())
+            .map(|text| crdt::decode(text).expect("the companion decodes"))
+            .unwrap_or_default()
+    }
+
+    fn data(&self) -> BTreeMap<String, String> {
+        self.target
+            .as_ref()
+            .map(|t| t.data.clone())
+            .unwrap_or_default()
+    }
+}
+
+struct Rollout {
+    writer: WriterId,
+    desired: BTreeMap<String, String>,
+    revisions: Vec<RevisionState>,
+    /// Status: the revision it showed last, and per region the revision its sticky
+    /// materialised mark names (cleared never, as marks are).
+    status_revision: Option<usize>,
+    marks: [Option<usize>; REGIONS],
+    collected_through: Option<Stamp>,
+}
+
+impl Rollout {
+    fn current(&self) -> Option<&RevisionState> {
+        self.revisions.last()
+    }
+
+    /// Its progress as another writer reads it from its status.
+    fn progress(&self) -> WriterProgress {
+        let Some(shown) = self.status_revision else {
+            return WriterProgress::CaughtUp;
+        };
+        if self.marks.iter().all(|mark| *mark == Some(shown)) {
+            return WriterProgress::CaughtUp;
+        }
+        let held = self
+            .marks
+            .iter()
+            .map(|mark| mark.map(|index| self.revisions[index].stamp.clone()))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|stamps| stamps.into_iter().min());
+        WriterProgress::Behind { held }
+    }
+}
+
+struct World {
+    key: DigestKey,
+    rollouts: Vec<Rollout>,
+    regions: Vec<RegionObjects>,
+    copies: Vec<Vec<RegionObjects>>,
+    now: u64,
+    /// How far each process's clock is behind the true time.
+    behind: [u64; 2],
+    /// The greatest stamp each process's clock has issued or observed.
+    seen: [Option<Stamp>; 2],
+}
+
+impl World {
+    fn tick_stamp(&mut self, clock: usize, writer: &WriterId, floor: Option<&Stamp>) -> Stamp {
+        let wall = self.now.saturating_sub(self.behind[clock]);
+        let latest = [self.seen[clock].as_ref(), floor]
+            .into_iter()
+            .flatten()
+            .max();
+        let stamp = match latest {
+            Some(latest) if latest.wall_ms >= wall => {
+                Stamp::new(latest.wall_ms, latest.logical + 1, writer.clone())
+            }
+            _ => Stamp::new(wall, 0, writer.clone()),
+        };
+        self.seen[clock] = Some(stamp.clone());
+        stamp
+    }
+
+    fn observe_regions(&mut self, clock: usize) {
+        for region in &self.regions {
+            let replica = region.replica();
+            let stamps = replica
+                .iter()
+                .map(|(_, entry)| &entry.stamp)
+                .chain(replica.horizon())
+                .chain(replica.frontiers().values());
+            for stamp in stamps {
+                if self.seen[clock].as_ref().is_none_or(|seen| stamp > seen) {
+                    self.seen[clock] = Some(stamp.clone());
+                }
+            }
+        }
+    }
+
+    fn declare(
+        &mut self,
+        index: usize,
+        clock: usize,
+        key: usize,
+        value: Option<usize>,
+        observe: bool,
+    ) {
+        let key = KEYS[index][key].to_owned();
+        let rollout = &mut self.rollouts[index];
+        match value {
+            Some(value) => rollout.desired.insert(key, VALUES[value].to_owned()),
+            None => rollout.desired.remove(&key),
+        };
+        if rollout
+            .current()
+            .is_some_and(|current| current.declares(&rollout.desired))
+        {
+            return;
+        }
+        if observe {
+            self.observe_regions(clock);
+        }
+        let rollout = &self.rollouts[index];
+        let writer = rollout.writer.clone();
+        let previous_stamp = rollout.current().map(|current| current.stamp.clone());
+        let stamp = self.tick_stamp(clock, &writer, previous_stamp.as_ref());
+        let rollout = &mut self.rollouts[index];
+        let mut base = rollout.current().cloned();
+        if let (Some(base), Some(through)) = (&mut base, &rollout.collected_through) {
+            base.collect_tombstones(through);
+        }
+        let name = format!("r{}", rollout.revisions.len() + 1);
+        let revision = RevisionState::declare(&name, base.as_ref(), None, &rollout.desired, stamp);
+        rollout.revisions.push(revision);
+    }
+
+    /// Whether `region` reads as holding rollout `index`'s current revision.
+    fn holds(&self, index: usize, region: usize) -> bool {
+        let rollout = &self.rollouts[index];
+        let Some(current) = rollout.current() else {
+            return false;
+        };
+        let replica = self.regions[region].replica();
+        evidence(&replica, current, false, u64::MAX)
+            .applied
+            .is_some()
+            && restored_removed_keys(&replica, current, rollout.collected_through.as_ref()) == 0
+    }
+
+    fn record(&mut self, index: usize, region: usize) {
+        let holds = self.holds(index, region);
+        let rollout = &mut self.rollouts[index];
+        let Some(current) = rollout.revisions.len().checked_sub(1) else {
+            return;
+        };
+        rollout.status_revision = Some(current);
+        if holds {
+            rollout.marks[region] = Some(current);
+        }
+    }
+
+    fn publish(&mut self, index: usize, region: usize) {
+        let rollout = &self.rollouts[index];
+        let Some(current) = rollout.current() else {
+            return;
+        };
+        let delta = current.publication(configrollout::api::RevisionStep::Single);
+        let objects = &self.regions[region];
+        let request = MergeRequest {
+            delta: &delta,
+            drift_policy: &DriftPolicy::Report,
+            adopt_stamp: None,
+            compaction: Compaction {
+                through: rollout.collected_through.as_ref(),
+                rebase: Some(&rollout.writer),
+            },
+            owner: Some(&rollout.writer),
+        };
+        let planned = plan(
+            &self.key,
+            objects.target.as_ref(),
+            objects.companion.as_ref(),
+            request,
+        )
+        .expect("a publication plans");
+        self.regions[region] = RegionObjects {
+            target: Some(TargetView {
+                data: planned.target_data.clone(),
+                digest: Some(planned.digest.clone()),
+            }),
+            companion: Some(CompanionView {
+                state: Some(planned.encoded_state.clone()),
+                digest: Some(planned.digest.clone()),
+                mac: None,
+            }),
+        };
+        self.record(index, region);
+    }
+
+    fn collect(&mut self, index: usize) {
+        if !(0..REGIONS).all(|region| self.holds(index, region)) {
+            return;
+        }
+        let other = self.rollouts[1 - index].progress();
+        let rollout = &mut self.rollouts[index];
+        let Some(current) = rollout.current() else {
+            return;
+        };
+        let Some(point) = crdt::collection_point(&current.stamp, &[other]) else {
+            return;
+        };
+        if rollout
+            .collected_through
+            .as_ref()
+            .is_none_or(|recorded| *recorded < point)
+        {
+            rollout.collected_through = Some(point);
+        }
+    }
+
+    fn run(&mut self, step: &Step) {
+        match *step {
+            Step::Tick(ms) => self.now += ms,
+            Step::Declare {
+                rollout,
+                clock,
+                key,
+                value,
+                observe,
+            } => {
+                self.declare(rollout, clock, key, value, observe);
+            }
+            Step::Publish { rollout, region } => self.publish(rollout, region),
+            Step::Observe { rollout, region } => self.record(rollout, region),
+            Step::Collect { rollout } => self.collect(rollout),
+            Step::Save { region } => {
+                let copy = self.regions[region].clone();
+                self.copies[region].push(copy);
+            }
+            Step::Restore { region, copy } => {
+                let copies = &self.copies[region];
+                if !copies.is_empty() {
+                    self.regions[region] = copies[copy % copies.len()].clone();
+                }
+            }
+        }
+    }
+
+    /// The target's keys of rollout `index` in `region`.
+    fn keys_of(&self, index: usize, region: usize) -> BTreeMap<String, String> {
+        self.regions[region]
+            .data()
+            .into_iter()
+            .filter(|(key, _)| KEYS[index].contains(&key.as_str()))
+            .collect()
+    }
+
+    fn check_no_false_holding(&self, after: &Step) -> Result<(), TestCaseError> {
+        for index in 0..2 {
+            let Some(current) = self.rollouts[index].current() else {
+                continue;
+            };
+            for region in 0..REGIONS {
+                if self.holds(index, region) {
+                    prop_assert_eq!(
+                        self.keys_of(index, region),
+                        current.desired(),
+                        "after {:?}: region {} reads as holding {} of rollout {} but its \
+                         target differs",
+                        after,
+                        region,
+                        current.name.clone(),
+                        index
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases(300)))]
+
+    #[test]
+    fn every_region_converges_and_none_reads_as_holding_what_it_lacks(
+        behind in 0..=MAX_DRIFT_MS,
+        steps in prop::collection::vec(step(), 0..80),
+    ) {
+        let mut world = World {
+            key: DigestKey::new(b"0123456789abcdef-convergence").unwrap(),
+            rollouts: ["a", "b"]
+                .into_iter()
+                .map(|name| Rollout {
+                    writer: WriterId::rollout("team", name).unwrap(),
+                    desired: BTreeMap::new(),
+                    revisions: Vec::new(),
+                    status_revision: None,
+                    marks: [None; REGIONS],
+                    collected_through: None,
+                })
+                .collect(),
+            regions: vec![RegionObjects::default(); REGIONS],
+            copies: vec![Vec::new(); REGIONS],
+            now: 1_000_000,
+            behind: [0, behind],
+            seen: [None, None],
+        };
+        for step in &steps {
+            world.run(step);
+            world.check_no_false_holding(step)?;
+        }
+        // Every rollout publishes to every region until it holds its revision; twice
+        // round, so that a publication that rebased a region is followed by the other's.
+        for _ in 0..2 {
+            for index in 0..2 {
+                for region in 0..REGIONS {
+                    world.publish(index, region);
+                }
+            }
+        }
+        for region in 0..REGIONS {
+            for index in 0..2 {
+                let want = world.rollouts[index]
+                    .current()
+                    .map(RevisionState::desired)
+                    .unwrap_or_default();
+                prop_assert_eq!(
+                    world.keys_of(index, region),
+                    want,
+                    "region {} after every rollout published there, rollout {}",
+                    region,
+                    index
+                );
+                if world.rollouts[index].current().is_some() {
+                    prop_assert!(world.holds(index, region));
+                }
+            }
+        }
+    }
+}
