@@ -24,7 +24,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim, conditions};
-use crate::crdt::{DigestKey, Hlc, WriterId};
+use crate::crdt::{DigestKey, Hlc, LaggingClock, WriterId};
 use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{
     LeaderElector, LeaderError, LeaderState, LeaseConfig, MAX_SHARDS, ShardElector, Shards,
@@ -98,6 +98,14 @@ fn gate_settle_time(text: &str) -> Result<Duration, String> {
     let duration = duration(text)?;
     if duration > MAX_GATE_SETTLE_TIME {
         return Err("expected a duration of at most 24h".to_owned());
+    }
+    Ok(duration)
+}
+
+fn min_gate_interval(text: &str) -> Result<Duration, String> {
+    let duration = duration(text)?;
+    if duration < crate::api::GATE_INTERVAL_FLOOR || duration > MAX_GATE_SETTLE_TIME {
+        return Err("expected a duration of at least 1s and at most 24h".to_owned());
     }
     Ok(duration)
 }
@@ -258,6 +266,19 @@ pub struct Options {
         value_parser = gate_settle_time
     )]
     pub gate_settle_time: Duration,
+    /// The shortest gate interval this controller samples at: a spec asking for less is
+    /// refused (InvalidSpec, naming the gate) and touches no region. The schema's own
+    /// floor is 1s; raise it where Prometheus scrapes more slowly or many teams share
+    /// one controller.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_MIN_GATE_INTERVAL",
+        hide_env_values = true,
+        value_name = "DURATION",
+        default_value = "1s",
+        value_parser = min_gate_interval
+    )]
+    pub min_gate_interval: Duration,
     /// Secret holding the digest key (created with a random key when absent).
     #[arg(
         long,
@@ -331,6 +352,18 @@ pub struct Options {
         default_missing_value = "true"
     )]
     pub approver_enforced_externally: bool,
+    /// Test aid: read the system clock this many milliseconds behind (at most the 60 s
+    /// drift bound), as a replica on a node whose clock lags would. The lab runs
+    /// controllers apart this way to show that regions converge across clocks.
+    #[arg(
+        long,
+        env = "CONFIGROLLOUT_CLOCK_BEHIND_MS",
+        hide = true,
+        value_name = "MS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u64).range(0..=60_000)
+    )]
+    pub clock_behind_ms: u64,
 }
 
 impl Options {
@@ -488,10 +521,11 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             },
         ),
         digest_keys: digest_keys.clone(),
-        clock: Mutex::new(Hlc::new(
+        clock: Mutex::new(Hlc::with_clock(
             WriterId::rollout(&options.namespace, CONTROLLER_NAME)
                 .map_err(|e| AppError::Startup(e.to_string()))?,
             u64::try_from(reconcile::MAX_CLOCK_DRIFT.as_millis()).unwrap_or(u64::MAX),
+            LaggingClock::behind(options.clock_behind_ms),
         )),
         adopt_writer: WriterId::override_by("drift-adopted")
             .map_err(|e| AppError::Startup(e.to_string()))?,
@@ -508,6 +542,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         four_eyes_default: options.four_eyes,
         approver_enforced_externally: options.approver_enforced_externally,
         gate_settle_time: options.gate_settle_time,
+        min_gate_interval: options.min_gate_interval,
         policies: Default::default(),
     });
 
@@ -1118,6 +1153,25 @@ mod tests {
             let error = parse(&["--gate-settle-time", value]).unwrap_err();
             assert_eq!(error.exit_code(), 2);
             assert!(error.to_string().contains("--gate-settle-time"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_gate_interval_floor_is_a_second_unless_raised_and_never_lowered() {
+        assert_eq!(
+            parse(&[]).unwrap().min_gate_interval,
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            parse(&["--min-gate-interval=15s"])
+                .unwrap()
+                .min_gate_interval,
+            Duration::from_secs(15)
+        );
+        for value in ["500ms", "0s", "25h", "often"] {
+            let error = parse(&["--min-gate-interval", value]).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(error.to_string().contains("--min-gate-interval"), "{error}");
         }
     }
 

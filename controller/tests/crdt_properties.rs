@@ -683,11 +683,16 @@ struct SharedRollout {
 }
 
 impl SharedRollout {
+    /// Whether `region` holds revision `index`, as the controller reads it.
     fn holds(&self, region: &Replica, index: usize) -> bool {
-        self.revisions[index]
-            .publication(RevisionStep::Single)
-            .iter()
-            .all(|(key, entry)| region.holds(key, entry))
+        configrollout::regions::publication::evidence(
+            region,
+            &self.revisions[index],
+            false,
+            u64::MAX,
+        )
+        .applied
+        .is_some()
     }
 
     /// Its progress as another writer sees it: caught up when every region holds its

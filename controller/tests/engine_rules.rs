@@ -1467,6 +1467,36 @@ fn a_duration_past_its_ceiling_is_invalid_spec_naming_the_field() {
     }
 }
 
+/// A gate sampling more often than once a second (issue 29: `interval: 1ms` drove dozens
+/// of status writes a second through capacity every team shares) is refused, naming the
+/// field, and reaches no region; a second is fine.
+#[test]
+fn a_gate_interval_below_a_second_is_invalid_spec_naming_the_field() {
+    let gated = |interval: &str| {
+        spec(json!({
+            "gates": [{"name": "g", "query": "up", "condition": "result > 0",
+                       "interval": interval}],
+            "stages": [{"name": "canary", "regions": {"names": ["c1"]}}],
+        }))
+    };
+    for interval in ["1ms", "999ms", "0s"] {
+        let spec = gated(interval);
+        let errors = validate(&spec);
+        assert!(
+            errors
+                .iter()
+                .any(|error| error.field == "spec.gates[0].interval"),
+            "{interval}: {errors:?}"
+        );
+        let mut world = World::new(spec, &["c1"]);
+        world.run(5, 60);
+        assert!(world.publishes().is_empty(), "{interval}: published");
+    }
+    for interval in ["1s", "1000ms", "1m"] {
+        assert_eq!(validate(&gated(interval)), Vec::new(), "{interval}");
+    }
+}
+
 /// A rollout whose gate is being sampled when its spec changes to durations no clock can
 /// hold (an object stored before the ceilings, or a cluster without the schema's rules)
 /// is sampled and decided without a panic: refused, with nothing more published.

@@ -26,6 +26,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
+#[path = "controller/convergence.rs"]
+mod convergence;
 mod support;
 
 /// The controller's digest key Secret in the lab (the chart's and deploy/'s default).
@@ -983,6 +985,35 @@ spec:
             .await
             .is_none()
     );
+
+    // A gate that would sample every millisecond: a query and a status write each time,
+    // through capacity every team shares.
+    let too_often = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: too-often, namespace: team}
+spec:
+  target: {namespace: app, name: too-often}
+  data: {k: "v"}
+  gates:
+    - {name: errors, query: "up", condition: "result > 0", interval: 1ms, count: 1000}
+  stages:
+    - {name: canary, regions: {names: [region-1]}, gates: [errors]}
+"#;
+    let rollout: ConfigRollout = serde_yaml::from_str(too_often).expect("YAML");
+    let error = tokio::time::timeout(
+        CALL,
+        world.rollouts().create(&PostParams::default(), &rollout),
+    )
+    .await
+    .expect("answer")
+    .expect_err("the apiserver refuses a 1ms gate interval");
+    assert!(
+        error
+            .to_string()
+            .contains("spec.gates[].interval must be at least 1s"),
+        "{error}"
+    );
 }
 
 /// A ControllerRevision already under the name a declaration needs (left by a
@@ -1084,7 +1115,7 @@ async fn a_restarted_controller_continues_where_it_was(
     restarted
 }
 
-async fn lease_holder(world: &World) -> Option<String> {
+pub(crate) async fn lease_holder(world: &World) -> Option<String> {
     let api: Api<Lease> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
     within("read lease", api.get_opt("configrollout-controller"))
         .await?
@@ -1092,9 +1123,14 @@ async fn lease_holder(world: &World) -> Option<String> {
         .holder_identity
 }
 
-async fn only_the_lease_holder_writes_and_a_standby_takes_over(world: &World, leader: LabChild) {
+/// `leader` runs as `leader_identity`.
+async fn only_the_lease_holder_writes_and_a_standby_takes_over(
+    world: &World,
+    leader: LabChild,
+    leader_identity: &str,
+) {
     let holder = eventually("a leader", PROGRESS, || async { lease_holder(world).await }).await;
-    assert_eq!(holder, "controller-a2");
+    assert_eq!(holder, leader_identity);
     let mut standby = world.start_controller("controller-b");
     world
         .create_rollout(&two_stage_rollout("failover", "failover", &[("pool", "8")]))
@@ -1919,9 +1955,20 @@ async fn controller_on_the_lab() {
     a_leftover_revision_object_is_replaced_when_the_revision_is_declared(&world).await;
     the_gitops_tools_see_a_rollout_as_a_person_would(&world).await;
     let controller = a_restarted_controller_continues_where_it_was(&world, controller).await;
-    only_the_lease_holder_writes_and_a_standby_takes_over(&world, controller).await;
+    let controller = convergence::regions_converge_across_a_lagging_clock_and_a_restored_namespace(
+        &world, controller,
+    )
+    .await;
+    only_the_lease_holder_writes_and_a_standby_takes_over(
+        &world,
+        controller,
+        convergence::LAGGING_IDENTITY,
+    )
+    .await;
     let probe_addr = free_local_addr();
-    let controller = world.start_controller_on("controller-c", &probe_addr);
+    // A platform that samples gates no more often than every 5 s.
+    let controller =
+        world.start_controller_with("controller-c", &probe_addr, &["--min-gate-interval=5s"]);
     let metrics_url = format!("http://{probe_addr}/metrics");
     an_unreachable_region_halts_at_the_deadline_or_completes_when_back(&mut world, &metrics_url)
         .await;
@@ -1934,7 +1981,47 @@ async fn controller_on_the_lab() {
     the_rollouts_gauge_counts_what_the_hub_holds_per_phase(&world, &metrics_url).await;
     the_drift_gauge_counts_the_rollouts_reporting_drift(&world, &metrics_url).await;
     no_value_leaves_the_regions(&world, &metrics_url).await;
+    a_gate_faster_than_the_platform_floor_is_refused_naming_it(&world).await;
     a_lost_digest_key_stops_a_starting_controller_and_mints_none(&world, controller).await;
+}
+
+/// The schema allows a gate interval of 1s; a controller run with a higher
+/// `--min-gate-interval` refuses a faster gate as InvalidSpec, naming the field and the
+/// flag, and writes nothing to any region.
+async fn a_gate_faster_than_the_platform_floor_is_refused_naming_it(world: &World) {
+    world
+        .create_rollout(
+            r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigRollout
+metadata: {name: hasty, namespace: team}
+spec:
+  target: {namespace: app, name: hasty}
+  data: {k: "v"}
+  gates:
+    - {name: errors, query: "up", condition: "result > 0", interval: 2s}
+  stages:
+    - {name: canary, regions: {names: [region-1]}, gates: [errors]}
+"#,
+        )
+        .await;
+    let refused = world.wait_condition("hasty", "InvalidSpec", PROGRESS).await;
+    let message = refused
+        .status
+        .as_ref()
+        .and_then(|status| {
+            status
+                .conditions
+                .iter()
+                .find(|condition| condition.type_ == "InvalidSpec")
+        })
+        .map(|condition| condition.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.gates[0].interval") && message.contains("--min-gate-interval"),
+        "{message}"
+    );
+    assert_eq!(world.target_data("region-1", "hasty").await, None);
 }
 
 /// The digest key Secret deleted (a namespace recreated on reinstall, a hub restored

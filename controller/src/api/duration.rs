@@ -58,6 +58,11 @@ pub const PAUSE_CEILING: Ceiling = Ceiling::hours(8760);
 /// Time between two samples of a gate (`spec.gates[].interval`): a day. Samples further
 /// apart than that do not watch a change; they poll a dashboard.
 pub const GATE_INTERVAL_CEILING: Ceiling = Ceiling::hours(24);
+/// Shortest time between two samples of a gate (`spec.gates[].interval`): a second. Each
+/// sample is a Prometheus query and a status write through reconcile capacity every team
+/// shares, and Prometheus scrapes no faster than that in most installations anyway. A
+/// controller may raise it (`--min-gate-interval`).
+pub const GATE_INTERVAL_FLOOR: Duration = Duration::from_secs(1);
 /// Wait before a gate's first sample (`spec.gates[].initialDelay`): a day, as the interval.
 pub const INITIAL_DELAY_CEILING: Ceiling = Ceiling::hours(24);
 /// The longest any duration field may be: what the engine ever adds to a time.

@@ -15,7 +15,7 @@ pub use approval::*;
 pub use claim::*;
 pub use duration::{
     Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
-    INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
+    GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
 };
 pub use region::*;
 pub use rollout::*;

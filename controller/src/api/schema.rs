@@ -128,17 +128,74 @@ const CEILING_GROUP_DIGITS: u32 = 11;
 /// short-circuit in CEL). A string outside the grammar passes this rule: the grammar rule
 /// reports it.
 fn duration_ceiling_rule(ceiling: Ceiling) -> String {
-    let group = "'[0-9]+(ms|s|m|h)'";
+    duration_sum_rule(&format!("<= {}", ceiling.millis()))
+}
+
+/// The CEL rule that a duration string of the grammar is at least `floor_ms`, built as the
+/// ceiling rule is; a group too long to convert is far above any floor.
+fn duration_floor_rule(floor_ms: u64) -> String {
+    format!(
+        "!self.matches({pattern}) || self.findAll({group}).exists(g, !g.matches('^[0-9]{{1,{max_digits}}}[a-z]+$')) \
+         || {sum}",
+        pattern = cel_str(DURATION_PATTERN),
+        group = DURATION_GROUP,
+        max_digits = CEILING_GROUP_DIGITS,
+        sum = duration_sum(&format!(">= {floor_ms}")),
+    )
+}
+
+/// One `<digits><unit>` group of a duration, for CEL's `findAll`.
+const DURATION_GROUP: &str = "'[0-9]+(ms|s|m|h)'";
+
+/// `sum of the groups in ms <comparison>`, for strings whose groups all convert.
+fn duration_sum(comparison: &str) -> String {
     let unit_ms =
         "(g.endsWith('ms') ? 1 : g.endsWith('s') ? 1000 : g.endsWith('m') ? 60000 : 3600000)";
     let digits = "int(g.replace('ms', '').replace('s', '').replace('m', '').replace('h', ''))";
     format!(
-        "!self.matches({pattern}) || (self.findAll({group}).all(g, g.matches('^[0-9]{{1,{max_digits}}}[a-z]+$')) \
-         && self.findAll({group}).map(g, {digits} * {unit_ms}).sum() <= {max_ms})",
-        pattern = cel_str(DURATION_PATTERN),
-        max_digits = CEILING_GROUP_DIGITS,
-        max_ms = ceiling.millis(),
+        "self.findAll({group}).map(g, {digits} * {unit_ms}).sum() {comparison}",
+        group = DURATION_GROUP,
     )
+}
+
+fn duration_sum_rule(comparison: &str) -> String {
+    format!(
+        "!self.matches({pattern}) || (self.findAll({group}).all(g, g.matches('^[0-9]{{1,{max_digits}}}[a-z]+$')) \
+         && {sum})",
+        pattern = cel_str(DURATION_PATTERN),
+        group = DURATION_GROUP,
+        max_digits = CEILING_GROUP_DIGITS,
+        sum = duration_sum(comparison),
+    )
+}
+
+/// A duration field with a floor as well as a ceiling (`spec.gates[].interval`).
+pub(crate) fn duration_between(
+    field: &'static str,
+    floor: std::time::Duration,
+    ceiling: Ceiling,
+) -> impl FnMut(&mut Schema) {
+    let mut within_ceiling = duration(field, ceiling);
+    move |schema| {
+        within_ceiling(schema);
+        let floor_ms = u64::try_from(floor.as_millis()).unwrap_or(u64::MAX);
+        add_rules(
+            schema,
+            &[Rule::new(
+                duration_floor_rule(floor_ms),
+                format!("{field} must be at least {}", floor_text(floor)),
+            )],
+        );
+    }
+}
+
+/// A floor as written in a spec: `1s`, `500ms`.
+pub fn floor_text(floor: std::time::Duration) -> String {
+    if floor.subsec_millis() == 0 {
+        format!("{}s", floor.as_secs())
+    } else {
+        format!("{}ms", floor.as_millis())
+    }
 }
 
 /// Most requirements, label pairs and values a label selector of a spec may hold.

@@ -37,6 +37,27 @@ impl PhysicalClock for SystemClock {
     }
 }
 
+/// The system clock read a fixed number of milliseconds behind: a replica on a node whose
+/// clock lags. Production runs it at 0; the lab sets a lag to show that regions converge
+/// whichever of two clocks stamped a write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LaggingClock {
+    behind_ms: u64,
+}
+
+impl LaggingClock {
+    /// The system clock, `behind_ms` behind.
+    pub fn behind(behind_ms: u64) -> Self {
+        Self { behind_ms }
+    }
+}
+
+impl PhysicalClock for LaggingClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms().saturating_sub(self.behind_ms)
+    }
+}
+
 /// A clock that reads whatever it was last set to. Clones share the reading, so a test can
 /// move time under an [`Hlc`] that owns a clone; pure callers that are handed "now" (the
 /// rollout engine) use it the same way.

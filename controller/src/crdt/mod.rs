@@ -6,7 +6,7 @@
 //! idempotent), so regions converge whatever order writes reach them in and a retried
 //! publish is harmless.
 //!
-//! Nothing here reads the system clock except [`SystemClock`], does IO, or knows about
+//! Nothing here reads the system clock except [`SystemClock`] (and [`LaggingClock`] through it), does IO, or knows about
 //! Kubernetes: the callers (`engine`, `regions`) own time and transport.
 //!
 //! Module map: [`WriterId`] and [`Stamp`] name a write; [`Hlc`] issues stamps; [`Replica`]
@@ -32,7 +32,7 @@ pub use digest::{
     DigestKey, MacCheck, desired_digest, digest_matches, revision_digest, state_mac,
     state_mac_check, state_mac_matches,
 };
-pub use hlc::{Hlc, ManualClock, PhysicalClock, SystemClock};
+pub use hlc::{Hlc, LaggingClock, ManualClock, PhysicalClock, SystemClock};
 pub use lww::{Delta, Entry, MergeOutcome, Replica};
 pub use revision::{compensating_delta, declare_revision, override_delta, split_expand_contract};
 pub use stamp::Stamp;

@@ -8,9 +8,9 @@ use std::fmt;
 
 use crate::api::{
     COMPANION_SUFFIX, Ceiling, ConfigRolloutSpec, DEADLINE_CEILING, GATE_INTERVAL_CEILING,
-    INITIAL_DELAY_CEILING, MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT, MAX_GATE_LIMIT, MAX_GATES,
-    MAX_PARALLEL, MAX_REVISION_HISTORY_LIMIT, MAX_STAGES, MAX_TARGET_NAME_LENGTH, PAUSE_CEILING,
-    Pause, parse_duration,
+    GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT,
+    MAX_GATE_LIMIT, MAX_GATES, MAX_PARALLEL, MAX_REVISION_HISTORY_LIMIT, MAX_STAGES,
+    MAX_TARGET_NAME_LENGTH, PAUSE_CEILING, Pause, parse_duration,
 };
 use crate::gates::{Condition, TemplateValues, check_template, render};
 
@@ -48,6 +48,7 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         }
         if let Some(problem) =
             duration_problem(&gate.interval, Positive::Yes, GATE_INTERVAL_CEILING)
+                .or_else(|| interval_floor_problem(&gate.interval, GATE_INTERVAL_FLOOR))
         {
             report(field("interval"), problem);
         }
@@ -272,6 +273,19 @@ fn duration_problem(text: &str, positive: Positive, ceiling: Ceiling) -> Option<
         return Some("must be a positive duration".to_owned());
     }
     (!ceiling.admits(duration)).then(|| format!("must be at most {}", ceiling.text()))
+}
+
+/// What is wrong with a gate interval the grammar accepts: below `floor` (the schema's
+/// second, or a controller's higher `--min-gate-interval`). `None` when it is fine or
+/// does not parse (the grammar check reports that).
+pub fn interval_floor_problem(text: &str, floor: std::time::Duration) -> Option<String> {
+    let interval = parse_duration(text).ok()?;
+    (interval < floor).then(|| {
+        format!(
+            "must be at least {} (each sample is a query and a status write)",
+            crate::api::schema::floor_text(floor)
+        )
+    })
 }
 
 /// What is wrong with a count field: outside `min..=max`. `None` when it is fine.

@@ -32,7 +32,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::api::ConfigRollout;
-use crate::crdt::{Hlc, Stamp, WriterId};
+use crate::crdt::{Hlc, LaggingClock, Stamp, WriterId};
 use crate::engine;
 use crate::gates::GateProvider;
 use crate::regions::clients::RegionClients;
@@ -84,7 +84,7 @@ pub struct Context {
     pub digest_keys: Arc<digest_keys::DigestKeys>,
     /// The hybrid logical clock stamps are minted from (its writer is replaced by the
     /// rollout's or the adopting writer's).
-    pub clock: Mutex<Hlc>,
+    pub clock: Mutex<Hlc<LaggingClock>>,
     /// Writer of edits adopted under `driftPolicy: Adopt`.
     pub adopt_writer: WriterId,
     /// Where gate samples are taken.
@@ -103,6 +103,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
     pub four_eyes_default: bool,
+    /// The shortest gate interval this controller samples at (`--min-gate-interval`).
+    pub min_gate_interval: std::time::Duration,
     /// The platform binds a StageApproval's `spec.approver` to its creator some other
     /// way than the shipped policy (`--approver-enforced-externally`): approvals count
     /// without it.
@@ -248,7 +250,8 @@ async fn run_steps(
     let mut fetched = fetch::fetch(ctx, rollout)
         .await
         .map_err(ReconcileError::Fetch)?;
-    let mut validated = validate(rollout, &fetched, now).map_err(ReconcileError::Validate)?;
+    let mut validated = validate(rollout, &fetched, now, ctx.min_gate_interval)
+        .map_err(ReconcileError::Validate)?;
     // Keys are claimed in the hub before any region is read, and only by a rollout the
     // engine will let write: one it refuses declares nothing (and keeps what it holds).
     let claimable = validated.spec_errors.is_empty()
@@ -420,6 +423,7 @@ fn validate(
     rollout: &ConfigRollout,
     fetched: &Fetched,
     now: chrono::DateTime<Utc>,
+    min_gate_interval: std::time::Duration,
 ) -> Result<Validated, HubError> {
     let namespace = rollout.namespace().unwrap_or_default();
     let writer =
@@ -434,6 +438,21 @@ fn validate(
             Default::default()
         }
     };
+    // The schema's floor (1s) is the engine's to report; a platform's higher one is this
+    // controller's.
+    for (index, gate) in rollout.spec.gates.iter().enumerate() {
+        let below_platform_floor =
+            crate::api::parse_duration(&gate.interval).is_ok_and(|interval| {
+                interval >= crate::api::GATE_INTERVAL_FLOOR && interval < min_gate_interval
+            });
+        if below_platform_floor {
+            spec_errors.push(format!(
+                "spec.gates[{index}].interval: must be at least {} on this controller \
+                 (--min-gate-interval)",
+                crate::api::schema::floor_text(min_gate_interval)
+            ));
+        }
+    }
     if spec_errors.is_empty()
         && let Some(error) = oversized_revision(rollout, &fetched.revisions, &desired, &writer, now)
     {

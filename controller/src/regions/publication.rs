@@ -322,7 +322,26 @@ pub fn evidence(
     two_pass: bool,
     stamp_bound_ms: u64,
 ) -> Evidence {
+    let writer = &revision.stamp.writer;
     let holds = |delta: &Delta| {
+        // The region has merged this publication, not only come to hold entries that win
+        // over it (an override made before it arrived): the writer's frontier there is
+        // what says which of its writes the region has merged, and a horizon counts an
+        // absent key as outlived only up to that frontier (see `crdt::Replica`). A region
+        // that holds the keys but not the frontier is published to once more, which
+        // changes no value and moves the frontier.
+        let merged_through = delta
+            .iter()
+            .map(|(_, entry)| &entry.stamp)
+            .filter(|stamp| stamp.writer == *writer)
+            .max();
+        if merged_through.is_some_and(|needed| {
+            replica
+                .frontier_of(writer)
+                .is_none_or(|frontier| frontier < needed)
+        }) {
+            return false;
+        }
         delta.iter().all(|(key, entry)| {
             let held = replica.get(key);
             if held.is_some_and(|held| held.stamp.wall_ms > stamp_bound_ms) {
@@ -655,7 +674,13 @@ mod tests {
     fn an_entry_stamped_beyond_the_drift_bound_does_not_hold_the_revision() {
         let r1 = first(&[("a", "1")]);
         let far = Stamp::new(1_000_000, 0, WriterId::override_by("laptop").unwrap());
-        let region = merged(&[&override_delta(far, [("a", Some("x"))]).unwrap()]);
+        let overridden = override_delta(far, [("a", Some("x"))]).unwrap();
+        // Overridden before the revision got there: the region does not hold it until it
+        // has merged it (a publication that changes no value).
+        let region = merged(&[&overridden]);
+        assert_eq!(evidence(&region, &r1, false, u64::MAX).applied, None);
+        let region = merged(&[&overridden, &r1.publication(RevisionStep::Single)]);
+        assert_eq!(live(&region), desired_ref(&[("a", "x")]));
         assert_eq!(
             evidence(&region, &r1, false, u64::MAX).applied,
             Some(RevisionStep::Single)

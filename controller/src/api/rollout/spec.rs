@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::ConfigRolloutStatus;
 use crate::api::schema::{self, Rule};
 use crate::api::{
-    CONTRACT_STAGE, DEADLINE_CEILING, GATE_INTERVAL_CEILING, INITIAL_DELAY_CEILING, PAUSE_CEILING,
+    CONTRACT_STAGE, DEADLINE_CEILING, GATE_INTERVAL_CEILING, GATE_INTERVAL_FLOOR,
+    INITIAL_DELAY_CEILING, PAUSE_CEILING,
 };
 
 /// Most stages a rollout may declare; bounds the cost of the uniqueness rules.
@@ -402,9 +403,14 @@ pub struct Gate {
     /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`.
     #[schemars(length(min = 1), transform = schema::max_length(MAX_CONDITION_LENGTH))]
     pub condition: String,
-    /// Time between samples.
+    /// Time between samples: at least 1s (or the controller's `--min-gate-interval`), at
+    /// most 24h.
     #[serde(default = "default_interval")]
-    #[schemars(transform = schema::duration("spec.gates[].interval", GATE_INTERVAL_CEILING))]
+    #[schemars(transform = schema::duration_between(
+        "spec.gates[].interval",
+        GATE_INTERVAL_FLOOR,
+        GATE_INTERVAL_CEILING
+    ))]
     pub interval: String,
     /// Successful samples needed for the gate to pass (at least 1).
     #[serde(default = "default_one")]
