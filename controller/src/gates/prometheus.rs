@@ -31,6 +31,11 @@ use super::verdict::{Answer, Labels, QueryResult};
 
 /// How long one query may take, end to end, before the sample is Inconclusive.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most gate queries one controller has in flight, to all Prometheus servers together:
+/// one tenant's rollout of 20 gates across many regions queues behind this rather than
+/// opening hundreds of connections at once (each query still ends within
+/// [`QUERY_TIMEOUT`], so a queued one waits a bounded time).
+pub const MAX_QUERIES_IN_FLIGHT: usize = 32;
 
 /// Longest Prometheus `error` text kept in a sample's reason, in characters.
 pub const MAX_ERROR_CHARS: usize = 200;
@@ -179,6 +184,8 @@ pub struct PrometheusProvider {
     limits: ResponseLimits,
     /// Clients trusting a Region's CA bundle, by the bundle's SHA-256.
     ca_clients: Mutex<HashMap<[u8; 32], reqwest::Client>>,
+    /// Permits for [`MAX_QUERIES_IN_FLIGHT`].
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl PrometheusProvider {
@@ -191,10 +198,13 @@ impl PrometheusProvider {
             default_url,
             limits,
             ca_clients: Mutex::new(HashMap::new()),
+            in_flight: tokio::sync::Semaphore::new(MAX_QUERIES_IN_FLIGHT),
         }
     }
 
     async fn query(&self, source: SampleSource<'_>, query: &str) -> Answer {
+        // The semaphore is never closed; were it, the query runs unqueued.
+        let _permit = self.in_flight.acquire().await.ok();
         let outcome =
             match tokio::time::timeout(QUERY_TIMEOUT, self.instant_query(source, query)).await {
                 Err(_) => Err(QueryError::Timeout),
@@ -739,6 +749,61 @@ mod tests {
             QueryResult::Error(text) => text,
             other => panic!("expected an error, got {other:?}"),
         }
+    }
+
+    /// However many samples are asked for at once, the server never sees more than
+    /// [`MAX_QUERIES_IN_FLIGHT`] queries open; every sample is still answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queries_in_flight_are_capped_for_the_whole_controller() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let open = std::sync::Arc::new(AtomicUsize::new(0));
+        let most = std::sync::Arc::new(AtomicUsize::new(0));
+        let (server_open, server_most) = (open.clone(), most.clone());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (open, most) = (server_open.clone(), server_most.clone());
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0_u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let now_open = open.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now_open, Ordering::SeqCst);
+                    // Held a while, so that an uncapped controller would pile up here.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    let body = SCALAR;
+                    let head = json_head(Some(body.len() as u64));
+                    open.fetch_sub(1, Ordering::SeqCst);
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(body.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        let provider = std::sync::Arc::new(provider(&base, ResponseLimits::default()));
+        let samples = (0..3 * MAX_QUERIES_IN_FLIGHT).map(|_| {
+            let provider = provider.clone();
+            tokio::spawn(async move { provider.sample(SampleSource::default(), "up").await })
+        });
+        for answer in futures::future::join_all(samples).await {
+            let answer = answer.unwrap();
+            assert!(
+                !matches!(answer.result, QueryResult::Error(_)),
+                "{:?}",
+                answer.result
+            );
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            (1..=MAX_QUERIES_IN_FLIGHT).contains(&most),
+            "{most} queries were open at once"
+        );
     }
 
     #[tokio::test]

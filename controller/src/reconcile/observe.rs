@@ -258,7 +258,12 @@ async fn sample_gates(
         }
     }
     let targets = &targets;
+    // A few at a time: one rollout's samples do not take every query slot of the
+    // controller (`gates::prometheus::MAX_QUERIES_IN_FLIGHT`) from the others.
+    let slots = &tokio::sync::Semaphore::new(GATE_QUERIES_PER_RECONCILE);
     futures::future::join_all(due.iter().map(|request| async move {
+        // Never closed; were it, the sample runs unqueued.
+        let _slot = slots.acquire().await.ok();
         let source = match request.region.as_deref() {
             Some(name) => targets
                 .get(name)
@@ -282,6 +287,9 @@ async fn sample_gates(
     }))
     .await
 }
+
+/// Most gate queries one reconcile has in flight.
+const GATE_QUERIES_PER_RECONCILE: usize = 4;
 
 /// The digest `status.history` recorded for `revision`.
 fn recorded_digest(status: &crate::api::ConfigRolloutStatus, revision: &str) -> Option<String> {
