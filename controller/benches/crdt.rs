@@ -281,6 +281,31 @@ fn codec(c: &mut Criterion) {
     group.finish();
 }
 
+/// A companion with one key per writer (a target many rollouts and people have written
+/// over its life: frontiers keep every writer). Encoding must grow with the writers, not
+/// with their square.
+fn codec_many_writers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("codec_writers");
+    for writers in [1_000_usize, 10_000] {
+        let delta: Delta = (0..writers)
+            .map(|index| {
+                let writer =
+                    WriterId::rollout("team", &format!("writer-{index:05}")).expect("valid writer");
+                (
+                    key(index),
+                    Entry::live("v", Stamp::new(1_765_000_000_000, 0, writer)),
+                )
+            })
+            .collect();
+        let mut replica = Replica::new();
+        replica.apply(&delta);
+        group.bench_function(format!("encode/{writers}"), |b| {
+            b.iter(|| encode(black_box(&replica)))
+        });
+    }
+    group.finish();
+}
+
 fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
     production_path_cases(
         c,
@@ -291,7 +316,14 @@ fn cpu_time_cases(c: &mut Criterion<ThreadCpuTime>) {
     delta_apply_named(c, "apply_delta_100_into_50k_cpu_time");
 }
 
-criterion_group!(benches, production_path, full_merge, delta_apply, codec);
+criterion_group!(
+    benches,
+    production_path,
+    full_merge,
+    delta_apply,
+    codec,
+    codec_many_writers
+);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpuTime::new());

@@ -71,6 +71,7 @@ fn observations(
                 consumers: None,
                 drifted_keys: Vec::new(),
                 overridden_keys: Vec::new(),
+                restored_overrides: Vec::new(),
                 future_stamped_keys: 0,
                 tampered: false,
                 state_key_id: None,

@@ -472,6 +472,12 @@ fn region_node(region: &RegionRolloutStatus, has_consumers: bool) -> Node {
             region.overridden_keys.join(", ")
         )));
     }
+    if !region.restored_overrides.is_empty() {
+        children.push(Node::leaf(format!(
+            "overrides back from a restore (removed since; keep, or drop with KEY-): {}",
+            printable(&region.restored_overrides.join(", "))
+        )));
+    }
     Node { text, children }
 }
 

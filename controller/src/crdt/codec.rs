@@ -190,13 +190,20 @@ impl<'a> Tables<'a> {
     }
 
     fn stamps(&self) -> Vec<(u64, u32, usize)> {
+        // Every stamp's writer is in the table, at its position in key order. One lookup
+        // per stamp: counting the writers before it each time made encoding quadratic in
+        // the number of writers, which a companion does not bound (only its bytes do).
+        let writer_index: BTreeMap<&WriterId, usize> = self
+            .newest
+            .keys()
+            .enumerate()
+            .map(|(index, writer)| (*writer, index))
+            .collect();
         self.stamp_index
             .keys()
             .map(|stamp| {
-                // Every stamp's writer is in the table: its index is the number of writers
-                // sorting before it.
-                let writer_index = self.newest.range::<&WriterId, _>(..&&stamp.writer).count();
-                (stamp.wall_ms, stamp.logical, writer_index)
+                let index = writer_index.get(&stamp.writer).copied().unwrap_or_default();
+                (stamp.wall_ms, stamp.logical, index)
             })
             .collect()
     }

@@ -172,6 +172,9 @@ pub struct RegionObservation {
     pub drifted_keys: Vec<String>,
     /// Keys whose winning write in the region is a regional override.
     pub overridden_keys: Vec<String>,
+    /// Keys the rollout removed and collected that an override older than the removal
+    /// holds again in the region (restored from a backup).
+    pub restored_overrides: Vec<String>,
     /// Keys of the rollout whose entry in the region is stamped further ahead of the
     /// controller's clock than the drift bound: they would win every later write.
     pub future_stamped_keys: u32,

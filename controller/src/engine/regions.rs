@@ -142,6 +142,11 @@ pub(super) fn sync(draft: &mut Draft<'_>) {
             if region.overridden_keys != seen.overridden_keys {
                 region.overridden_keys.clone_from(&seen.overridden_keys);
             }
+            if region.restored_overrides != seen.restored_overrides {
+                region
+                    .restored_overrides
+                    .clone_from(&seen.restored_overrides);
+            }
             if region.state_key_id != seen.state_key_id {
                 region.state_key_id.clone_from(&seen.state_key_id);
             }

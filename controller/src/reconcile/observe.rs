@@ -49,8 +49,11 @@ pub async fn observe(
         .revision
         .as_ref()
         .and_then(|name| fetched.revisions.get(name));
+    let removed = removed_keys(fetched.revisions.values(), current);
     let reader = Reader {
         declared: &validated.desired,
+        removed: &removed,
+        collected_through: super::act::collected_through(rollout),
         stamp_bound_ms: stamp_bound_ms(now),
     };
     // Only the regions some stage selects within the grant are read: the engine's own
@@ -290,6 +293,23 @@ async fn sample_gates(
 
 /// Most gate queries one reconcile has in flight.
 const GATE_QUERIES_PER_RECONCILE: usize = 4;
+
+/// Keys some stored revision of the rollout wrote that its current revision's state no
+/// longer has at all: keys it removed and collected. Its own, so naming them in its
+/// status tells no other team anything.
+fn removed_keys<'a>(
+    revisions: impl Iterator<Item = &'a crate::regions::publication::RevisionState>,
+    current: Option<&crate::regions::publication::RevisionState>,
+) -> std::collections::BTreeSet<String> {
+    let Some(current) = current else {
+        return Default::default();
+    };
+    revisions
+        .flat_map(|revision| revision.state.iter())
+        .filter(|(key, _)| current.state.get(key).is_none())
+        .map(|(key, _)| key.to_owned())
+        .collect()
+}
 
 /// The digest `status.history` recorded for `revision`.
 fn recorded_digest(status: &crate::api::ConfigRolloutStatus, revision: &str) -> Option<String> {

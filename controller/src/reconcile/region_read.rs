@@ -45,6 +45,10 @@ pub struct ObservedRegion {
 pub struct Reader<'a> {
     /// The keys it declares now.
     pub declared: &'a BTreeMap<String, String>,
+    /// Keys it wrote once and has since removed and collected.
+    pub removed: &'a std::collections::BTreeSet<String>,
+    /// Its recorded collection point (`status.collectedThrough`).
+    pub collected_through: Option<Stamp>,
     /// Stamps after this wall-clock time (ms) are further ahead than the clock's drift
     /// bound allows.
     pub stamp_bound_ms: u64,
@@ -141,6 +145,8 @@ pub async fn read_region(
                 .filter(|key| own(key))
                 .cloned()
                 .collect();
+            observation.restored_overrides =
+                restored_overrides(&inspection.replica, reader).collect();
             observation.tombstones =
                 u32::try_from(inspection.replica.tombstones()).unwrap_or(u32::MAX);
             if let Some(revision) = current {
@@ -287,6 +293,27 @@ async fn sign_with_current_key(
         Ok(false) => {}
         Err(error) => tracing::warn!(region, %error, "could not sign a region state"),
     }
+}
+
+/// Keys the rollout removed and collected that a regional override holds with a stamp at
+/// or below the collection point: the override was made before the removal, which had
+/// outlived it everywhere; it is back because the region's objects were restored from a
+/// backup taken before the removal. Nothing can tell whether the person still wants it,
+/// so it is reported for them to keep or drop (`override <name> --region R KEY-`), never
+/// removed by the controller.
+fn restored_overrides<'r>(
+    replica: &'r crate::crdt::Replica,
+    reader: &'r Reader<'_>,
+) -> impl Iterator<Item = String> + 'r {
+    replica.iter().filter_map(move |(key, entry)| {
+        let collected = reader.collected_through.as_ref()?;
+        let restored = entry.value().is_some()
+            && entry.stamp.writer.kind() == crate::crdt::WriterKind::Override
+            && entry.stamp <= *collected
+            && reader.removed.contains(key)
+            && !reader.declared.contains_key(key);
+        restored.then(|| key.to_owned())
+    })
 }
 
 fn stamps(
@@ -476,8 +503,11 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
+        let removed = Default::default();
         let reader = Reader {
             declared: &declared,
+            removed: &removed,
+            collected_through: None,
             stamp_bound_ms: 1_000,
         };
         let fine = replica(&[("a", 10, "rollout:team/r")]);
@@ -499,5 +529,41 @@ mod tests {
         crate::crdt::collect_tombstones(&mut horizon_ahead, &stamp(7_000, "rollout:team/r"));
         assert!(horizon_ahead.horizon().is_some(), "the horizon was raised");
         assert_eq!(stamps(&horizon_ahead, &reader, None).1, 2);
+    }
+
+    /// Issue 43, "say what a restore can't know": `gone` was overridden by a person in
+    /// the region at 5, then removed by the rollout (at 8) and collected (through 9).
+    /// A restore brings the override back: reported, once the rollout has collected past
+    /// it, and only for keys the rollout itself removed.
+    #[test]
+    fn an_override_back_from_a_restore_is_reported_by_name() {
+        let declared: BTreeMap<String, String> = [("kept", "v")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let removed: std::collections::BTreeSet<String> = ["gone".to_owned()].into();
+        let restored = replica(&[
+            ("kept", 3, "rollout:team/r"),
+            ("gone", 5, "override:alice"),
+            ("pinned", 12, "override:alice"),
+            ("other-team", 4, "override:bob"),
+        ]);
+        let reader = |collected: Option<u64>| Reader {
+            declared: &declared,
+            removed: &removed,
+            collected_through: collected.map(|wall| stamp(wall, "rollout:team/r")),
+            stamp_bound_ms: u64::MAX,
+        };
+        let reported =
+            |collected| restored_overrides(&restored, &reader(collected)).collect::<Vec<_>>();
+        assert_eq!(reported(Some(9)), ["gone"]);
+        assert!(
+            reported(None).is_empty(),
+            "nothing collected, nothing outlived"
+        );
+        assert!(
+            reported(Some(4)).is_empty(),
+            "made after the collection point"
+        );
     }
 }

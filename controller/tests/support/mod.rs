@@ -208,6 +208,7 @@ impl World {
                         Vec::new()
                     },
                     overridden_keys: Vec::new(),
+                    restored_overrides: Vec::new(),
                     future_stamped_keys: region.future_stamped_keys,
                     tampered: region.tampered,
                     state_key_id: None,

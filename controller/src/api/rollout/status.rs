@@ -358,6 +358,12 @@ pub struct RegionRolloutStatus {
     /// Keys held by a regional override (names only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overridden_keys: Vec<String>,
+    /// Keys the rollout removed (and collected) that a regional override made before the
+    /// removal holds again: the region's objects were restored from a backup. Kept until
+    /// a person drops them (`kubectl configrollout override NAME --region R KEY-`) or
+    /// keeps them (names only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restored_overrides: Vec<String>,
     /// Id of the digest key its state is signed with (public, 16 hex digits): every
     /// region names the key in use once a rotation has reached it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

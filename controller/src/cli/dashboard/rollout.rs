@@ -82,6 +82,10 @@ fn region_cell(region: &RegionRolloutStatus, revision: Option<&str>, consumers: 
     for (label, keys) in [
         ("drifted", &region.drifted_keys),
         ("overridden", &region.overridden_keys),
+        (
+            "overrides back from a restore (removed since: keep, or drop with KEY-)",
+            &region.restored_overrides,
+        ),
     ] {
         if !keys.is_empty() {
             let _ = write!(
