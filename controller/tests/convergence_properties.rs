@@ -1,7 +1,8 @@
 //! Convergence of a shared target under any interleaving (issue 43): two rollouts writing
 //! disjoint keys of one ConfigMap in three regions, declaring on two processes whose clocks
 //! differ by up to the drift bound (shards, or a failover), publishing and collecting in
-//! any order, with region namespaces saved and restored from those copies at any time.
+//! any order, with region namespaces saved and restored from those copies at any time, and
+//! people overriding keys in regions.
 //!
 //! Each step runs the code the controller runs: revisions are `RevisionState`s declared
 //! through the rollout's recorded collection point, a publication is
@@ -13,7 +14,8 @@
 //! After every step: no region reads as holding a rollout's current revision unless its
 //! target holds exactly that revision's keys and values (so no rollout can be Complete
 //! while a region lacks one of its keys or serves one it removed). At the end, once each
-//! rollout has published to every region: every region holds exactly both rollouts' keys.
+//! rollout has published to every region: every region holds exactly both rollouts' keys
+//! (a key a person overrode in a region is theirs there, and not compared).
 
 mod support;
 
@@ -57,6 +59,16 @@ enum Step {
     /// The rollout, Complete (every region reads as holding its current revision),
     /// records a collection point.
     Collect { rollout: usize },
+    /// A person overrides one of a rollout's keys in a region (sets or removes it), on a
+    /// laptop clock up to the drift bound behind, stamped above what the region holds as
+    /// `kubectl configrollout override` does.
+    Override {
+        rollout: usize,
+        region: usize,
+        key: usize,
+        value: Option<usize>,
+        behind: u64,
+    },
     /// A copy of a region namespace is saved (a backup).
     Save { region: usize },
     /// A region namespace is replaced by one of its saved copies (a restore).
@@ -77,6 +89,14 @@ fn step() -> impl Strategy<Value = Step> {
         5 => (0..2_usize, 0..REGIONS).prop_map(|(rollout, region)| Step::Publish { rollout, region }),
         2 => (0..2_usize, 0..REGIONS).prop_map(|(rollout, region)| Step::Observe { rollout, region }),
         3 => (0..2_usize).prop_map(|rollout| Step::Collect { rollout }),
+        1 => (0..2_usize, 0..REGIONS, 0..3_usize, prop::option::of(0..3_usize), 0..=MAX_DRIFT_MS)
+            .prop_map(|(rollout, region, key, value, behind)| Step::Override {
+                rollout,
+                region,
+                key,
+                value,
+                behind,
+            }),
         1 => (0..REGIONS).prop_map(|region| Step::Save { region }),
         1 => (0..REGIONS, 0..8_usize).prop_map(|(region, copy)| Step::Restore { region, copy }),
     ]
@@ -102,6 +122,21 @@ impl RegionObjects {
             .as_ref()
             .map(|t| t.data.clone())
             .unwrap_or_default()
+    }
+}
+
+/// The objects a region holds once `planned` is written in full.
+fn written(planned: &configrollout::regions::materialize::Plan) -> RegionObjects {
+    RegionObjects {
+        target: Some(TargetView {
+            data: planned.target_data.clone(),
+            digest: Some(planned.digest.clone()),
+        }),
+        companion: Some(CompanionView {
+            state: Some(planned.encoded_state.clone()),
+            digest: Some(planned.digest.clone()),
+            mac: None,
+        }),
     }
 }
 
@@ -141,6 +176,9 @@ impl Rollout {
 
 struct World {
     key: DigestKey,
+    /// Keys a person has overridden in a region (region, key), ever: what the region
+    /// holds of those is the person's, not the rollout's, so the checks skip them.
+    overridden: std::collections::BTreeSet<(usize, String)>,
     rollouts: Vec<Rollout>,
     regions: Vec<RegionObjects>,
     copies: Vec<Vec<RegionObjects>>,
@@ -270,17 +308,7 @@ impl World {
             request,
         )
         .expect("a publication plans");
-        self.regions[region] = RegionObjects {
-            target: Some(TargetView {
-                data: planned.target_data.clone(),
-                digest: Some(planned.digest.clone()),
-            }),
-            companion: Some(CompanionView {
-                state: Some(planned.encoded_state.clone()),
-                digest: Some(planned.digest.clone()),
-                mac: None,
-            }),
-        };
+        self.regions[region] = written(&planned);
         self.record(index, region);
     }
 
@@ -320,6 +348,37 @@ impl World {
             Step::Publish { rollout, region } => self.publish(rollout, region),
             Step::Observe { rollout, region } => self.record(rollout, region),
             Step::Collect { rollout } => self.collect(rollout),
+            Step::Override {
+                rollout,
+                region,
+                key,
+                value,
+                behind,
+            } => {
+                let key = KEYS[rollout][key];
+                let person = WriterId::override_by("alice").unwrap();
+                let replica = self.regions[region].replica();
+                let stamp = crdt::stamp_above(&replica, self.now.saturating_sub(behind), person);
+                let delta = crdt::override_delta(stamp, [(key, value.map(|v| VALUES[v]))])
+                    .expect("an override delta");
+                let objects = &self.regions[region];
+                let request = MergeRequest {
+                    delta: &delta,
+                    drift_policy: &DriftPolicy::Report,
+                    adopt_stamp: None,
+                    compaction: Compaction::default(),
+                    owner: None,
+                };
+                let planned = plan(
+                    &self.key,
+                    objects.target.as_ref(),
+                    objects.companion.as_ref(),
+                    request,
+                )
+                .expect("an override plans");
+                self.regions[region] = written(&planned);
+                self.overridden.insert((region, key.to_owned()));
+            }
             Step::Save { region } => {
                 let copy = self.regions[region].clone();
                 self.copies[region].push(copy);
@@ -333,12 +392,25 @@ impl World {
         }
     }
 
-    /// The target's keys of rollout `index` in `region`.
+    /// The target's keys of rollout `index` in `region`, but those a person overrode there.
     fn keys_of(&self, index: usize, region: usize) -> BTreeMap<String, String> {
         self.regions[region]
             .data()
             .into_iter()
             .filter(|(key, _)| KEYS[index].contains(&key.as_str()))
+            .filter(|(key, _)| !self.overridden.contains(&(region, key.clone())))
+            .collect()
+    }
+
+    /// What rollout `index`'s current revision declares, but the keys a person overrode
+    /// in `region`.
+    fn wanted(&self, index: usize, region: usize) -> BTreeMap<String, String> {
+        self.rollouts[index]
+            .current()
+            .map(RevisionState::desired)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(key, _)| !self.overridden.contains(&(region, key.clone())))
             .collect()
     }
 
@@ -351,7 +423,7 @@ impl World {
                 if self.holds(index, region) {
                     prop_assert_eq!(
                         self.keys_of(index, region),
-                        current.desired(),
+                        self.wanted(index, region),
                         "after {:?}: region {} reads as holding {} of rollout {} but its \
                          target differs",
                         after,
@@ -376,6 +448,7 @@ proptest! {
     ) {
         let mut world = World {
             key: DigestKey::new(b"0123456789abcdef-convergence").unwrap(),
+            overridden: Default::default(),
             rollouts: ["a", "b"]
                 .into_iter()
                 .map(|name| Rollout {
@@ -408,10 +481,7 @@ proptest! {
         }
         for region in 0..REGIONS {
             for index in 0..2 {
-                let want = world.rollouts[index]
-                    .current()
-                    .map(RevisionState::desired)
-                    .unwrap_or_default();
+                let want = world.wanted(index, region);
                 prop_assert_eq!(
                     world.keys_of(index, region),
                     want,
