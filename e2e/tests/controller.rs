@@ -2022,6 +2022,19 @@ spec:
         "{message}"
     );
     assert_eq!(world.target_data("region-1", "hasty").await, None);
+    // Valid on a controller with the default floor: not left for the next one to declare.
+    within(
+        "delete the hasty rollout",
+        world.rollouts().delete("hasty", &Default::default()),
+    )
+    .await;
+    eventually("the hasty rollout is gone", PROGRESS, || async {
+        within("read hasty", world.rollouts().get_opt("hasty"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// The digest key Secret deleted (a namespace recreated on reinstall, a hub restored
