@@ -205,6 +205,8 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.stages.0.progressDeadline": "8000h8000h"}, "spec.stages[].progressDeadline must be at most 8760h"},
 		{"interval one ms over", "ConfigRollout", "rollout-full.yaml",
 			map[string]string{"spec.gates.0.interval": "24h1ms"}, "spec.gates[].interval must be at most 24h"},
+		{"gate interval below its floor", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.interval": "999ms"}, "spec.gates[].interval must be at least 1s"},
 		{"gate count over the ceiling", "ConfigRollout", "rollout-full.yaml",
 			map[string]string{"spec.gates.0.count": "2000000000"}, "spec.gates[0].count"},
 		{"failure limit over the ceiling", "ConfigRollout", "rollout-full.yaml",
@@ -317,7 +319,7 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 	}
 }
 
-// Every duration at its ceiling, written in the units a person would use and in others,
+// Every duration at its ceiling (and the gate interval at its floor), written in the units a person would use and in others,
 // is admitted: the ceilings refuse only what is over them.
 func TestDurationsAtTheirCeilingsAreAdmitted(t *testing.T) {
 	k := kinds(t)["ConfigRollout"]
@@ -325,7 +327,8 @@ func TestDurationsAtTheirCeilingsAreAdmitted(t *testing.T) {
 		{"spec.progressDeadline": "8760h", "spec.stages.0.progressDeadline": "525600m"},
 		{"spec.stages.1.pause.duration": "31536000s", "spec.strategy.contract.pause.duration": "8759h59m59s1000ms"},
 		{"spec.gates.0.interval": "24h", "spec.gates.0.initialDelay": "86400000ms"},
-		{"spec.gates.0.interval": "1ms", "spec.gates.0.initialDelay": "0s"},
+		{"spec.gates.0.interval": "1s", "spec.gates.0.initialDelay": "0s"},
+		{"spec.gates.0.interval": "1000ms"},
 		{"spec.gates.0.count": "1000", "spec.gates.0.failureLimit": "1000", "spec.gates.0.inconclusiveLimit": "1000",
 			"spec.gates.0.consecutiveErrorLimit": "1000", "spec.stages.1.maxParallel": "1000"},
 	} {
