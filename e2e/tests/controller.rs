@@ -362,12 +362,7 @@ spec:
     world
         .wait_condition("collected", "Complete", PROGRESS)
         .await;
-    let maps: Api<ConfigMap> = Api::namespaced(world.region("region-1"), APP);
-    let companion_name = format!("collected{COMPANION_SUFFIX}");
-    let backup = [
-        within("back up the target", maps.get("collected")).await,
-        within("back up the companion", maps.get(&companion_name)).await,
-    ];
+    let backup = world.back_up_target("region-1", "collected").await;
 
     let rollouts = world.rollouts();
     change_data(&rollouts, "collected", serde_json::json!({"gone": null})).await;
@@ -408,20 +403,7 @@ spec:
     }
 
     // The backup, restored by hand over both objects.
-    for restored in &backup {
-        let name = restored.metadata.name.clone().expect("named");
-        let mut current = within("read for the restore", maps.get(&name)).await;
-        current.data.clone_from(&restored.data);
-        current
-            .metadata
-            .annotations
-            .clone_from(&restored.metadata.annotations);
-        within(
-            "restore the backup",
-            maps.replace(&name, &PostParams::default(), &current),
-        )
-        .await;
-    }
+    world.restore_target("region-1", &backup).await;
     assert_eq!(
         world.target_data("region-1", "collected").await,
         Some(data(&[("gone", "x"), ("keep", "1")])),
@@ -1612,18 +1594,7 @@ spec:
         "the completed rollout is counted Complete: {settled:?}"
     );
 
-    within(
-        "delete the rollout",
-        world.rollouts().delete("counted", &Default::default()),
-    )
-    .await;
-    eventually("the rollout is gone", PROGRESS, || async {
-        within("read rollout", world.rollouts().get_opt("counted"))
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    world.delete_rollout("counted").await;
     let after = eventually("the deleted rollout leaves the gauge", PROGRESS, || async {
         let exported = phases_in_metrics(&scrape(metrics_url).await);
         (exported["Complete"] == complete - 1).then_some(exported)
@@ -2023,18 +1994,7 @@ spec:
     );
     assert_eq!(world.target_data("region-1", "hasty").await, None);
     // Valid on a controller with the default floor: not left for the next one to declare.
-    within(
-        "delete the hasty rollout",
-        world.rollouts().delete("hasty", &Default::default()),
-    )
-    .await;
-    eventually("the hasty rollout is gone", PROGRESS, || async {
-        within("read hasty", world.rollouts().get_opt("hasty"))
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    world.delete_rollout("hasty").await;
 }
 
 /// The digest key Secret deleted (a namespace recreated on reinstall, a hub restored

@@ -5,10 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use configrollout::regions::materialize::COMPANION_SUFFIX;
 use configrollout_e2e::LabChild;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
 
 use crate::support::*;
 
@@ -56,39 +53,6 @@ fn own(data: &BTreeMap<String, String>, prefix: &str) -> BTreeMap<String, String
         .collect()
 }
 
-/// Both objects of the target in `region`, as a backup would hold them.
-async fn save(world: &World, region: &str) -> [ConfigMap; 2] {
-    let maps: Api<ConfigMap> = Api::namespaced(world.region(region), APP);
-    [
-        within("back up the target", maps.get(TARGET)).await,
-        within(
-            "back up the companion",
-            maps.get(&format!("{TARGET}{COMPANION_SUFFIX}")),
-        )
-        .await,
-    ]
-}
-
-/// Puts the saved objects back over the live ones (data and annotations), as a namespace
-/// restore does.
-async fn restore(world: &World, region: &str, backup: &[ConfigMap; 2]) {
-    let maps: Api<ConfigMap> = Api::namespaced(world.region(region), APP);
-    for saved in backup {
-        let name = saved.metadata.name.clone().expect("named");
-        let mut current = within("read for the restore", maps.get(&name)).await;
-        current.data.clone_from(&saved.data);
-        current
-            .metadata
-            .annotations
-            .clone_from(&saved.metadata.annotations);
-        within(
-            "restore the saved copy",
-            maps.replace(&name, &PostParams::default(), &current),
-        )
-        .await;
-    }
-}
-
 pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
     world: &World,
     controller: LabChild,
@@ -101,7 +65,7 @@ pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
         .await;
     complete_at(world, "skew-a", "r1").await;
     complete_at(world, "skew-b", "r1").await;
-    let backup = save(world, RESTORED).await;
+    let backup = world.back_up_target(RESTORED, TARGET).await;
 
     // B adds b4 everywhere; then A removes a4 and, B being caught up, collects.
     let rollouts = world.rollouts();
@@ -132,7 +96,7 @@ pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    restore(world, RESTORED, &backup).await;
+    world.restore_target(RESTORED, &backup).await;
     let restored = world
         .target_data(RESTORED, TARGET)
         .await

@@ -179,6 +179,56 @@ impl World {
         .await
     }
 
+    /// Deletes rollout `name` and waits until the hub no longer has it.
+    pub async fn delete_rollout(&self, name: &str) {
+        within(
+            &format!("delete rollout {name}"),
+            self.rollouts().delete(name, &Default::default()),
+        )
+        .await;
+        eventually(&format!("rollout {name} is gone"), PROGRESS, || async {
+            within("read rollout", self.rollouts().get_opt(name))
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Both objects of target `name` in `region` (the ConfigMap and its companion), as a
+    /// backup of the namespace holds them.
+    pub async fn back_up_target(&self, region: &str, name: &str) -> [ConfigMap; 2] {
+        let maps: Api<ConfigMap> = Api::namespaced(self.region(region), APP);
+        let companion = format!(
+            "{name}{}",
+            configrollout::regions::materialize::COMPANION_SUFFIX
+        );
+        [
+            within("back up the target", maps.get(name)).await,
+            within("back up the companion", maps.get(&companion)).await,
+        ]
+    }
+
+    /// Puts a backup's objects back over the live ones in `region` (data and
+    /// annotations), as a namespace restore does.
+    pub async fn restore_target(&self, region: &str, backup: &[ConfigMap; 2]) {
+        let maps: Api<ConfigMap> = Api::namespaced(self.region(region), APP);
+        for saved in backup {
+            let name = saved.metadata.name.clone().expect("named");
+            let mut current = within("read for the restore", maps.get(&name)).await;
+            current.data.clone_from(&saved.data);
+            current
+                .metadata
+                .annotations
+                .clone_from(&saved.metadata.annotations);
+            within(
+                "restore the backup",
+                maps.replace(&name, &PostParams::default(), &current),
+            )
+            .await;
+        }
+    }
+
     pub async fn target_data(&self, region: &str, name: &str) -> Option<BTreeMap<String, String>> {
         let api: Api<ConfigMap> = Api::namespaced(self.region(region), APP);
         within("read target", api.get_opt(name))
