@@ -125,6 +125,19 @@ impl RegionObjects {
     }
 }
 
+/// The objects a region holds once `request` is planned against `objects` and written in
+/// full, as the controller's store does.
+fn merged(key: &DigestKey, objects: &RegionObjects, request: MergeRequest<'_>) -> RegionObjects {
+    let planned = plan(
+        key,
+        objects.target.as_ref(),
+        objects.companion.as_ref(),
+        request,
+    )
+    .expect("a merge plans");
+    written(&planned)
+}
+
 /// The objects a region holds once `planned` is written in full.
 fn written(planned: &configrollout::regions::materialize::Plan) -> RegionObjects {
     RegionObjects {
@@ -290,7 +303,6 @@ impl World {
             return;
         };
         let delta = current.publication(configrollout::api::RevisionStep::Single);
-        let objects = &self.regions[region];
         let request = MergeRequest {
             delta: &delta,
             drift_policy: &DriftPolicy::Report,
@@ -301,14 +313,8 @@ impl World {
             },
             owner: Some(&rollout.writer),
         };
-        let planned = plan(
-            &self.key,
-            objects.target.as_ref(),
-            objects.companion.as_ref(),
-            request,
-        )
-        .expect("a publication plans");
-        self.regions[region] = written(&planned);
+        let next = merged(&self.key, &self.regions[region], request);
+        self.regions[region] = next;
         self.record(index, region);
     }
 
@@ -361,7 +367,6 @@ impl World {
                 let stamp = crdt::stamp_above(&replica, self.now.saturating_sub(behind), person);
                 let delta = crdt::override_delta(stamp, [(key, value.map(|v| VALUES[v]))])
                     .expect("an override delta");
-                let objects = &self.regions[region];
                 let request = MergeRequest {
                     delta: &delta,
                     drift_policy: &DriftPolicy::Report,
@@ -369,14 +374,8 @@ impl World {
                     compaction: Compaction::default(),
                     owner: None,
                 };
-                let planned = plan(
-                    &self.key,
-                    objects.target.as_ref(),
-                    objects.companion.as_ref(),
-                    request,
-                )
-                .expect("an override plans");
-                self.regions[region] = written(&planned);
+                let next = merged(&self.key, &self.regions[region], request);
+                self.regions[region] = next;
                 self.overridden.insert((region, key.to_owned()));
             }
             Step::Save { region } => {
