@@ -49,11 +49,16 @@ pub async fn observe(
         .revision
         .as_ref()
         .and_then(|name| fetched.revisions.get(name));
-    let removed = removed_keys(fetched.revisions.values(), current);
+    let collected_through = super::act::collected_through(rollout);
+    // Only a rollout that has collected can have an override outlive one of its keys.
+    let removed = match collected_through {
+        Some(_) => removed_keys(fetched.revisions.values(), current),
+        None => Default::default(),
+    };
     let reader = Reader {
         declared: &validated.desired,
         removed: &removed,
-        collected_through: super::act::collected_through(rollout),
+        collected_through,
         stamp_bound_ms: stamp_bound_ms(now),
     };
     // Only the regions some stage selects within the grant are read: the engine's own

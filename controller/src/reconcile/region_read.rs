@@ -158,8 +158,8 @@ pub async fn read_region(
                     two_pass,
                     reader.stamp_bound_ms,
                 );
-                let collected = super::act::collected_through(rollout);
-                if restored_removed_keys(&inspection.replica, revision, collected.as_ref()) > 0 {
+                let collected = reader.collected_through.as_ref();
+                if restored_removed_keys(&inspection.replica, revision, collected) > 0 {
                     tracing::info!(
                         region = %observation.name,
                         revision = %revision.name,
