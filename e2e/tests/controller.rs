@@ -953,15 +953,8 @@ spec:
   stages:
     - {name: canary, regions: {names: [region-1]}, maxParallel: 0}
 "#;
-    let rollout: ConfigRollout = serde_yaml::from_str(refused).expect("YAML");
-    let error = tokio::time::timeout(
-        CALL,
-        world.rollouts().create(&PostParams::default(), &rollout),
-    )
-    .await
-    .expect("answer")
-    .expect_err("the apiserver refuses maxParallel 0");
-    assert!(error.to_string().contains("maxParallel"), "{error}");
+    let error = refused_at_create(world, refused).await;
+    assert!(error.contains("maxParallel"), "{error}");
     assert!(
         within("read refused", world.rollouts().get_opt("refused"))
             .await
@@ -982,20 +975,24 @@ spec:
   stages:
     - {name: canary, regions: {names: [region-1]}, gates: [errors]}
 "#;
-    let rollout: ConfigRollout = serde_yaml::from_str(too_often).expect("YAML");
-    let error = tokio::time::timeout(
+    let error = refused_at_create(world, too_often).await;
+    assert!(
+        error.contains("spec.gates[].interval must be at least 1s"),
+        "{error}"
+    );
+}
+
+/// The apiserver's refusal of creating the rollout `yaml`, as text.
+async fn refused_at_create(world: &World, yaml: &str) -> String {
+    let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("YAML");
+    tokio::time::timeout(
         CALL,
         world.rollouts().create(&PostParams::default(), &rollout),
     )
     .await
     .expect("answer")
-    .expect_err("the apiserver refuses a 1ms gate interval");
-    assert!(
-        error
-            .to_string()
-            .contains("spec.gates[].interval must be at least 1s"),
-        "{error}"
-    );
+    .expect_err("the apiserver refuses the rollout")
+    .to_string()
 }
 
 /// A ControllerRevision already under the name a declaration needs (left by a
