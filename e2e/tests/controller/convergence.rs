@@ -88,14 +88,14 @@ pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
         &["--clock-behind-ms=30000"],
     );
 
-    // Once it leads and has reconciled every rollout on taking over (a Complete rollout
-    // is read again a minute later), region-2's namespace comes back from the copy: a4
-    // is back, b4 is gone.
+    // Once it leads and is reconciling (A's r3 Complete through it), region-2's namespace
+    // comes back from the copy: a4 is back, b4 is gone.
     eventually("the lagging controller leads", PROGRESS, || async {
         (crate::lease_holder(world).await.as_deref() == Some(LAGGING_IDENTITY)).then_some(())
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    change_data(&rollouts, "skew-a", serde_json::json!({"a1": "2"})).await;
+    complete_at(world, "skew-a", "r3").await;
     world.restore_target(RESTORED, &backup).await;
     let restored = world
         .target_data(RESTORED, TARGET)
@@ -106,11 +106,11 @@ pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
 
     // A's next revision carries its collection point to every region, region-2's
     // horizon included, which passes B's b4 there; then B declares on the lagging clock.
-    change_data(&rollouts, "skew-a", serde_json::json!({"a1": "2"})).await;
-    complete_at(world, "skew-a", "r3").await;
+    change_data(&rollouts, "skew-a", serde_json::json!({"a1": "3"})).await;
+    complete_at(world, "skew-a", "r4").await;
     change_data(&rollouts, "skew-b", serde_json::json!({"b5": "5"})).await;
 
-    let want_a = data(&[("a1", "2")]);
+    let want_a = data(&[("a1", "3")]);
     let want_b = data(&[("b1", "1"), ("b4", "4"), ("b5", "5")]);
     eventually(
         "every region holds both rollouts' keys",
@@ -118,7 +118,7 @@ pub async fn regions_converge_across_a_lagging_clock_and_a_restored_namespace(
         || async {
             let mut complete = 0;
             for (name, prefix, want, latest) in [
-                ("skew-a", "a", &want_a, "r3"),
+                ("skew-a", "a", &want_a, "r4"),
                 ("skew-b", "b", &want_b, "r3"),
             ] {
                 let status = world.rollout(name).await.status.unwrap_or_default();
