@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use configrollout::api::DriftPolicy;
 use configrollout::crdt::{self, DigestKey, Replica, Stamp, WriterId, WriterProgress};
 use configrollout::regions::materialize::{
-    Compaction, CompanionView, MergeRequest, TargetView, plan,
+    Compaction, CompanionView, MergeRequest, Plan, TargetView, plan,
 };
 use configrollout::regions::publication::{RevisionState, evidence, restored_removed_keys};
 use proptest::prelude::*;
@@ -69,6 +69,16 @@ enum Step {
         value: Option<usize>,
         behind: u64,
     },
+    /// Both rollouts publish to a region at once: `first` plans from what the region holds
+    /// and writes its companion; `1 - first` plans from the original target and the
+    /// companion `first` wrote, and writes its companion; `first`'s target write lands
+    /// (its version is unchanged), the other's conflicts. The other then plans again from
+    /// what the region holds and writes in full, or its process stops there.
+    Race {
+        first: usize,
+        region: usize,
+        retried: bool,
+    },
     /// A copy of a region namespace is saved (a backup).
     Save { region: usize },
     /// A region namespace is replaced by one of its saved copies (a restore).
@@ -97,6 +107,8 @@ fn step() -> impl Strategy<Value = Step> {
                 value,
                 behind,
             }),
+        2 => (0..2_usize, 0..REGIONS, any::<bool>())
+            .prop_map(|(first, region, retried)| Step::Race { first, region, retried }),
         1 => (0..REGIONS).prop_map(|region| Step::Save { region }),
         1 => (0..REGIONS, 0..8_usize).prop_map(|(region, copy)| Step::Restore { region, copy }),
     ]
@@ -139,7 +151,7 @@ fn merged(key: &DigestKey, objects: &RegionObjects, request: MergeRequest<'_>) -
 }
 
 /// The objects a region holds once `planned` is written in full.
-fn written(planned: &configrollout::regions::materialize::Plan) -> RegionObjects {
+fn written(planned: &Plan) -> RegionObjects {
     RegionObjects {
         target: Some(TargetView {
             data: planned.target_data.clone(),
@@ -278,10 +290,19 @@ impl World {
         let Some(current) = rollout.current() else {
             return false;
         };
-        let replica = self.regions[region].replica();
-        evidence(&replica, current, false, u64::MAX)
-            .applied
-            .is_some()
+        let objects = &self.regions[region];
+        let replica = objects.replica();
+        // As the region read does: a target whose digest is not its companion's has not
+        // caught up.
+        let caught_up = objects
+            .target
+            .as_ref()
+            .and_then(|target| target.digest.as_deref())
+            .is_some_and(|digest| crdt::digest_matches(&self.key, &replica, digest));
+        caught_up
+            && evidence(&replica, current, false, u64::MAX)
+                .applied
+                .is_some()
             && restored_removed_keys(&replica, current, rollout.collected_through.as_ref()) == 0
     }
 
@@ -297,12 +318,12 @@ impl World {
         }
     }
 
-    fn publish(&mut self, index: usize, region: usize) {
+    /// Rollout `index`'s plan for its current revision against `objects`, if it has one.
+    fn plan_publication(&self, index: usize, objects: &RegionObjects) -> Option<Plan> {
         let rollout = &self.rollouts[index];
-        let Some(current) = rollout.current() else {
-            return;
-        };
-        let delta = current.publication(configrollout::api::RevisionStep::Single);
+        let delta = rollout
+            .current()?
+            .publication(configrollout::api::RevisionStep::Single);
         let request = MergeRequest {
             delta: &delta,
             drift_policy: &DriftPolicy::Report,
@@ -313,9 +334,49 @@ impl World {
             },
             owner: Some(&rollout.writer),
         };
-        let next = merged(&self.key, &self.regions[region], request);
-        self.regions[region] = next;
+        Some(
+            plan(
+                &self.key,
+                objects.target.as_ref(),
+                objects.companion.as_ref(),
+                request,
+            )
+            .expect("a merge plans"),
+        )
+    }
+
+    fn publish(&mut self, index: usize, region: usize) {
+        let Some(planned) = self.plan_publication(index, &self.regions[region]) else {
+            return;
+        };
+        self.regions[region] = written(&planned);
         self.record(index, region);
+    }
+
+    /// See [`Step::Race`].
+    fn race(&mut self, first: usize, region: usize, retried: bool) {
+        let second = 1 - first;
+        let before = self.regions[region].clone();
+        let Some(first_plan) = self.plan_publication(first, &before) else {
+            return;
+        };
+        let after_first = written(&first_plan);
+        let between = RegionObjects {
+            target: before.target.clone(),
+            companion: after_first.companion.clone(),
+        };
+        let Some(second_plan) = self.plan_publication(second, &between) else {
+            self.regions[region] = after_first;
+            return;
+        };
+        self.regions[region] = RegionObjects {
+            target: after_first.target,
+            companion: written(&second_plan).companion,
+        };
+        self.record(first, region);
+        if retried {
+            self.publish(second, region);
+        }
     }
 
     fn collect(&mut self, index: usize) {
@@ -378,6 +439,11 @@ impl World {
                 self.regions[region] = next;
                 self.overridden.insert((region, key.to_owned()));
             }
+            Step::Race {
+                first,
+                region,
+                retried,
+            } => self.race(first, region, retried),
             Step::Save { region } => {
                 let copy = self.regions[region].clone();
                 self.copies[region].push(copy);

@@ -67,6 +67,18 @@ pub fn collect_tombstones(replica: &mut Replica, stable: &Stamp) -> usize {
     replica.collect_through(stable)
 }
 
+/// [`collect_tombstones`], keeping the tombstones of the keys `pending` names: a region's
+/// target that still holds a removed key needs its tombstone until the target is written
+/// without it, or a write of the companion that lands without its target's (a conflict,
+/// a crash) would leave the key in the target with nothing left to say it goes.
+pub fn collect_tombstones_keeping(
+    replica: &mut Replica,
+    stable: &Stamp,
+    pending: impl Fn(&str) -> bool,
+) -> usize {
+    replica.collect_through_keeping(stable, pending)
+}
+
 /// How far another writer of the same target has got, as the collecting rollout reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriterProgress {

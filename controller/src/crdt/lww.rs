@@ -400,23 +400,40 @@ impl Replica {
     /// below the horizon; returns how many were dropped. Live entries and frontiers are
     /// kept. `stable` must be a stable point: see [`super::compaction`].
     pub(super) fn collect_through(&mut self, stable: &Stamp) -> usize {
+        self.collect_through_keeping(stable, |_| false)
+    }
+
+    /// [`Self::collect_through`], except for the tombstones of the keys `pending` names:
+    /// those are kept (below the horizon) until the caller says otherwise.
+    pub(super) fn collect_through_keeping(
+        &mut self,
+        stable: &Stamp,
+        pending: impl Fn(&str) -> bool,
+    ) -> usize {
         if !self.is_below_horizon(stable) {
             self.horizon = Some(stable.clone());
         }
         let Some(horizon) = self.horizon.clone() else {
             return 0;
         };
-        self.retain_entries(|_, entry| !(entry.is_tombstone() && entry.stamp <= horizon))
+        self.retain_entries(|key, entry| {
+            !(entry.is_tombstone() && entry.stamp <= horizon) || pending(key)
+        })
     }
 
-    /// Drops the entries of `keys` (a rebase: see `regions::materialize`); frontiers and
-    /// the horizon are kept.
-    pub fn remove_keys(&mut self, keys: &[String]) {
-        if keys.is_empty() {
-            return;
+    /// Turns the entries of `keys` into tombstones under their own stamps (a rebase: see
+    /// `regions::materialize`); frontiers and the horizon are kept. A tombstone, not a
+    /// removal, so that the replica still says the key goes until whatever holds it is
+    /// written; it is collected like any other.
+    pub fn bury_keys(&mut self, keys: &[String]) {
+        for key in keys {
+            // Replaced in place: a tombstone loses a tie with a value under `insert`.
+            if let Ok(at) = self.position(key)
+                && let Some((_, entry)) = self.entries.get_mut(at)
+            {
+                *entry = Entry::tombstone(entry.stamp.clone());
+            }
         }
-        let gone: std::collections::BTreeSet<&str> = keys.iter().map(String::as_str).collect();
-        self.retain_entries(|key, _| !gone.contains(key));
     }
 
     /// Keeps the entries for which `keep` holds; frontiers are not lowered.

@@ -26,7 +26,8 @@ mod writer;
 
 pub use codec::{decode, decode_delta, encode, encode_delta};
 pub use compaction::{
-    WriterProgress, collect_tombstones, collection_point, stable_point, stamp_above,
+    WriterProgress, collect_tombstones, collect_tombstones_keeping, collection_point, stable_point,
+    stamp_above,
 };
 pub use digest::{
     DigestKey, MacCheck, desired_digest, digest_matches, revision_digest, state_mac,

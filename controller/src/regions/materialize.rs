@@ -216,10 +216,9 @@ pub fn plan(
     // Whatever the horizon says: it may have been raised by another writer's collection
     // after a restore brought back this writer's collected keys (one horizon for all
     // writers cannot say whose collection a replica missed).
-    let rebased = match (request.compaction.rebase, request.compaction.through) {
-        (Some(writer), Some(through)) => rebase(&mut replica, writer, through, request.delta),
-        _ => Vec::new(),
-    };
+    if let (Some(writer), Some(through)) = (request.compaction.rebase, request.compaction.through) {
+        rebase(&mut replica, writer, through, request.delta);
+    }
     let outcome = replica.apply(request.delta);
 
     let keep_region_value = |key: &str| {
@@ -243,12 +242,15 @@ pub fn plan(
         }
     }
 
-    for key in &rebased {
-        target_data.remove(key);
-    }
     // After the target's data is worked out from the tombstones, which say which keys go.
+    // A tombstone whose key the target holds (as read, or still after this write) is kept:
+    // the companion is written first, and if the target's write then does not land (a
+    // conflict with another rollout's write, a crash), the next plan must still know the
+    // key goes. It is collected by the first write that finds the target without it.
     if let Some(through) = request.compaction.through {
-        crdt::collect_tombstones(&mut replica, through);
+        crdt::collect_tombstones_keeping(&mut replica, through, |key| {
+            target.data.contains_key(key) || target_data.contains_key(key)
+        });
     }
 
     let encoded_state = crdt::encode(&replica).map_err(|source| RegionError::StateTooLarge {
@@ -283,18 +285,22 @@ pub fn plan(
     })
 }
 
-/// Drops `writer`'s entries at or below `through` that `state` (the writer's whole state)
-/// does not hold, and returns the keys dropped.
-fn rebase(replica: &mut Replica, writer: &WriterId, through: &Stamp, state: &Delta) -> Vec<String> {
+/// Turns into tombstones `writer`'s live entries at or below `through` that `state` (the
+/// writer's whole state) does not hold: the writer removed those keys and its tombstones
+/// were collected where this replica was not. The tombstones take the keys out of the
+/// target like any removal, and are collected with the others.
+fn rebase(replica: &mut Replica, writer: &WriterId, through: &Stamp, state: &Delta) {
     let outlived: Vec<String> = replica
         .iter()
         .filter(|(key, entry)| {
-            entry.stamp.writer == *writer && entry.stamp <= *through && state.get(key).is_none()
+            entry.stamp.writer == *writer
+                && !entry.is_tombstone()
+                && entry.stamp <= *through
+                && state.get(key).is_none()
         })
         .map(|(key, _)| key.to_owned())
         .collect();
-    replica.remove_keys(&outlived);
-    outlived
+    replica.bury_keys(&outlived);
 }
 
 #[cfg(test)]
@@ -759,8 +765,20 @@ mod tests {
 
         let rebased = collecting(Some(&target), Some(&companion), &state, &through);
         assert_eq!(rebased.target_data, data(&[("rate", "200")]));
-        assert!(rebased.replica.get("old").is_none());
+        assert!(
+            rebased.replica.get("old").is_some_and(Entry::is_tombstone),
+            "kept as a tombstone until the target is written without it"
+        );
         assert_eq!(rebased.replica.horizon(), Some(&through));
+        let (written_target, written_companion) = written(&rebased);
+        let settled = collecting(
+            Some(&written_target),
+            Some(&written_companion),
+            &state,
+            &through,
+        );
+        assert!(settled.replica.get("old").is_none(), "then collected");
+        assert_eq!(settled.target_data, data(&[("rate", "200")]));
 
         // Another writer's entries and keys the replica never held are not this rollout's
         // to drop.
@@ -856,7 +874,25 @@ mod tests {
             data(&[("k3", "3"), ("k5", "5"), ("k6", "6")]),
             "the key A deleted stays deleted"
         );
-        assert!(after_a.replica.get("k2").is_none());
+        assert!(after_a.replica.get("k2").is_some_and(Entry::is_tombstone));
+
+        // A's companion is written, but its target write does not land: B wrote the target
+        // in between (planned from B's companion, so it keeps k2), or the process stopped.
+        // Whoever writes next finishes the removal, and the tombstone goes once it has.
+        let (_, a_companion) = written(&after_a);
+        let (b_target, _) = written(&after_b);
+        for (writer, state) in [(&b, &b_later), (&a, &a_state)] {
+            let next = publish(&b_target, &a_companion, state, writer, &through);
+            assert_eq!(
+                next.target_data,
+                data(&[("k3", "3"), ("k5", "5"), ("k6", "6")]),
+                "the removal is finished by {writer}'s write"
+            );
+            let (target, companion) = written(&next);
+            let settled = publish(&target, &companion, state, writer, &through);
+            assert!(settled.replica.get("k2").is_none());
+            assert_eq!(settled.target_data, next.target_data);
+        }
     }
 
     #[test]
