@@ -367,6 +367,20 @@ pub struct Options {
 }
 
 impl Options {
+    /// The long names of the flags `--help` shows (hidden test aids, `--help` and
+    /// `--version` left out): what a deployment of the controller (the chart) must let
+    /// its operator set.
+    pub fn documented_flags() -> Vec<String> {
+        use clap::CommandFactory;
+        Self::command()
+            .get_arguments()
+            .filter(|argument| !argument.is_hide_set())
+            .filter_map(|argument| argument.get_long())
+            .filter(|long| !matches!(*long, "help" | "version"))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Parses the command line `args` (the program's name first), falling back to the
     /// `CONFIGROLLOUT_*` variables and then the defaults. An empty `--prometheus-url` is
     /// none. The error prints itself as clap does: usage, and exit code 2 (0 for `--help`

@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+use configrollout::app::Options;
 
 use configrollout_e2e::chart::{
     self, Helm, dashboard_expressions, generated_files, kustomize_objects, metric_names,
@@ -96,6 +99,17 @@ fn schema_refuses_unknown_keys_and_wrong_types() {
         ("prometheusUrl=prometheus:9090", "/prometheusUrl"),
         ("gateSettleTime=a minute", "/gateSettleTime"),
         ("serviceMonitor.enabled=1", "/serviceMonitor/enabled"),
+        ("minGateInterval=soon", "/minGateInterval"),
+        (
+            "prometheusLimits.maxSeries=-1",
+            "/prometheusLimits/maxSeries",
+        ),
+        ("security.fourEyes=yes", "/security/fourEyes"),
+        (
+            "security.fourEye=true",
+            "additional properties 'fourEye' not allowed",
+        ),
+        ("digestKeySecret=Not_A_Name", "/digestKeySecret"),
         (
             "prometheusRule.for.halted=soon",
             "/prometheusRule/for/halted",
@@ -178,6 +192,80 @@ fn values_reach_the_deployment() {
         .expect_err("two leaders are refused")
         .to_string();
     assert!(refused.contains("set replicas to 1"), "{refused}");
+}
+
+/// Every flag of the controller's `--help` is set through a value (but the three the
+/// chart fixes), and what the chart renders with every value set is a command line the
+/// controller's own parser accepts, with the values given.
+#[test]
+fn every_controller_flag_can_be_set_through_the_chart() {
+    let everything = [
+        "leaderElection.leaseDuration=20s",
+        "shards=4",
+        "prometheusUrl=http://prometheus.monitoring:9090",
+        "gateSettleTime=2m",
+        "minGateInterval=10s",
+        "prometheusLimits.maxResponseBytes=8388608",
+        "prometheusLimits.maxSeries=250",
+        "digestKeySecret=platform-digest-key",
+        "logFormat=text",
+        "logFilter=info\\,configrollout=debug",
+        "security.fourEyes=true",
+        "security.approverEnforcedExternally=true",
+        "security.allowUnsafeKubeconfig=true",
+        "security.acceptUnsignedStates=true",
+    ];
+    // Leader election off excludes shards above 1 and more than one replica.
+    let single = ["leaderElection.enabled=false", "replicas=1"];
+    let rendered = [args(&deployment(&everything)), args(&deployment(&single))];
+
+    // Fixed by the chart: the pod's name (POD_NAME), the Lease its RBAC names, the port
+    // its probes and Service use.
+    let fixed_by_the_chart = ["identity", "lease-name", "probe-addr"];
+    for flag in Options::documented_flags() {
+        let set = rendered
+            .iter()
+            .flatten()
+            .any(|arg| arg.starts_with(&format!("--{flag}=")));
+        assert!(
+            set || fixed_by_the_chart.contains(&flag.as_str()),
+            "--{flag} cannot be set through the chart: add a value (values.yaml, \
+             values.schema.json, templates/deployment.yaml, README)"
+        );
+    }
+
+    let parse = |args: &[String]| {
+        Options::parse_args(
+            std::iter::once("configrollout-controller".to_owned()).chain(args.iter().cloned()),
+        )
+        .unwrap_or_else(|e| panic!("the controller refuses the chart's {args:?}: {e}"))
+    };
+    let options = parse(&rendered[0]);
+    assert_eq!(options.namespace, "configrollout-system");
+    assert_eq!(options.lease_duration, Duration::from_secs(20));
+    assert_eq!(options.shards, 4);
+    assert_eq!(
+        options.prometheus_url.as_deref(),
+        Some("http://prometheus.monitoring:9090")
+    );
+    assert_eq!(options.gate_settle_time, Duration::from_secs(120));
+    assert_eq!(options.min_gate_interval, Duration::from_secs(10));
+    assert_eq!(options.prometheus_max_response_bytes, 8 * 1024 * 1024);
+    assert_eq!(options.prometheus_max_series, 250);
+    assert_eq!(options.digest_key_secret, "platform-digest-key");
+    assert_eq!(options.log_filter, "info,configrollout=debug");
+    assert!(options.four_eyes);
+    assert!(options.approver_enforced_externally);
+    assert!(options.allow_unsafe_kubeconfig);
+    assert!(options.accept_unsigned_states);
+    assert!(options.leader_election);
+    assert!(!parse(&rendered[1]).leader_election);
+
+    // The defaults leave every switch at the controller's own default.
+    let defaults = parse(&args(&deployment(&[])));
+    assert!(!defaults.four_eyes && !defaults.allow_unsafe_kubeconfig);
+    assert_eq!(defaults.min_gate_interval, Duration::from_secs(1));
+    assert_eq!(defaults.digest_key_secret, "configrollout-digest-key");
 }
 
 fn deployment_image(sets: &[&str]) -> String {
@@ -334,4 +422,60 @@ fn dashboard_and_rules_name_controller_metrics() {
             assert_eq!(panel["datasource"]["uid"], "${datasource}", "{panel}");
         }
     }
+}
+
+/// The README's kustomize overlay (taken from the README, not copied) sets the image and
+/// adds flags to the base, and the controller accepts the result.
+#[test]
+fn the_readmes_kustomize_overlay_sets_the_image_and_flags() {
+    let root = repository_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let block = readme
+        .split("```yaml\n")
+        .find(|block| block.starts_with("# kustomization.yaml of your overlay"))
+        .and_then(|block| block.split("```").next())
+        .expect("the README has the overlay block");
+    let mut overlay: Value = serde_yaml::from_str(block).expect("the overlay parses");
+    // Its `resources` names where a reader keeps the repository; here, this checkout (a
+    // relative path: kustomize refuses an absolute one), from a directory two below it.
+    overlay["resources"] = Value::Sequence(vec![Value::String("../../../deploy".to_owned())]);
+    let dir = root
+        .join("e2e/.cache")
+        .join(format!("overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("overlay dir");
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        serde_yaml::to_string(&overlay).expect("overlay"),
+    )
+    .expect("write the overlay");
+    let kubectl = configrollout_e2e::gobuild::ensure_built()
+        .expect("the lab's Go programs build")
+        .path(configrollout_e2e::gobuild::KUBECTL);
+    let output = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl kustomize runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let built = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let deployment = one_of_kind(&built, "Deployment").expect("one Deployment");
+    assert_eq!(
+        container(&deployment)["image"],
+        "registry.example/configrollout-controller:0.1.0"
+    );
+    let args = args(&deployment);
+    let options = Options::parse_args(
+        std::iter::once("configrollout-controller".to_owned()).chain(args.iter().cloned()),
+    )
+    .unwrap_or_else(|e| panic!("the controller refuses the overlay's {args:?}: {e}"));
+    assert_eq!(
+        options.prometheus_url.as_deref(),
+        Some("http://prometheus.monitoring:9090")
+    );
+    assert!(options.four_eyes);
 }
