@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck gitopscheck argocd-cm labcheck lab lab-bench demo controller-bench scale-bench krew chart image
+.PHONY: test deps lint unit soak crds crdcheck gitopscheck argocd-cm labcheck lab lab-bench demo controller-bench scale-bench noisy-bench krew chart image
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -87,6 +87,12 @@ controller-bench: deps
 scale-bench: deps
 	$(CARGO) build --locked --release -p configrollout-e2e --bins
 	$(CARGO) run --locked --release -p configrollout-e2e --bin scale-bench -- $(SCALE_BENCH_ARGS)
+
+# Noisy neighbours: N rollouts of one namespace sampling 1 s gates against single rollouts
+# of another (BENCHMARKS.md). NOISY_BENCH_ARGS="--noisy 500 --runs 5" changes the size.
+noisy-bench: deps
+	$(CARGO) build --locked --release -p configrollout-e2e --bins
+	$(CARGO) run --locked --release -p configrollout-e2e --bin noisy-bench -- $(NOISY_BENCH_ARGS)
 
 # The kubectl plugin's release archive and krew manifest (plugins/krew/), in target/krew/.
 # RELEASE_URL is where the archive will be published: make krew RELEASE_URL=https://...

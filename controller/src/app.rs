@@ -558,6 +558,9 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         gate_settle_time: options.gate_settle_time,
         min_gate_interval: options.min_gate_interval,
         policies: Default::default(),
+        namespace_shares: reconcile::fair_share::NamespaceShares::new(usize::from(
+            reconcile::MAX_CONCURRENT_RECONCILES,
+        )),
     });
 
     // A rotated key reaches this process without a restart. The task ends with the

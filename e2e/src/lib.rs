@@ -24,6 +24,7 @@ pub mod gobuild;
 mod lab;
 pub mod manifests;
 mod process;
+pub mod procstat;
 pub mod prometheus;
 pub mod proxy;
 pub mod webdriver;

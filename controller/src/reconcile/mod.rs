@@ -9,6 +9,7 @@ mod collect;
 pub mod digest_keys;
 mod error;
 pub mod events;
+pub mod fair_share;
 #[cfg(feature = "fault-injection")]
 pub mod fault_injection;
 pub mod fence;
@@ -114,6 +115,8 @@ pub struct Context {
     pub gate_settle_time: std::time::Duration,
     /// Whether the admission policies approvals rely on are installed.
     pub policies: admission_policies::PolicyCheck,
+    /// The reconcile slots each namespace may hold at once.
+    pub namespace_shares: fair_share::NamespaceShares,
 }
 
 impl Context {
@@ -164,6 +167,14 @@ pub async fn reconcile(
         return Ok(Action::requeue(STALE_READ_REQUEUE));
     }
     let started = Instant::now();
+    let namespace = rollout.namespace().unwrap_or_default();
+    let Some(_slot) = ctx.namespace_shares.try_enter(&namespace, started) else {
+        // Its namespace runs its share of the slots: another namespace's rollout gets
+        // this one. Nothing was read or written.
+        ctx.metrics.reconciles_deferred_total.inc();
+        tracing::debug!(rollout = %rollout.name_any(), %namespace, "namespace at its share: deferred");
+        return Ok(Action::requeue(fair_share::DEFERRED_REQUEUE));
+    };
     let mut record = ReconcileRecord::default();
     // A panic stops this rollout only: kube-runtime would re-raise it in the stream every
     // rollout shares, and end the work loop.

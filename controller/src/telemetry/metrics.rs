@@ -538,6 +538,8 @@ pub struct Metrics {
     pub region_watches: Gauge,
     /// Region states not read, by why (each time a reconcile finds one).
     pub region_state_refused_total: CounterVec<StateRefusal>,
+    /// Reconciles put back because their namespace ran its share of the slots.
+    pub reconciles_deferred_total: RawCounter,
     registry: Registry,
     sources: Mutex<Sources>,
 }
@@ -581,6 +583,7 @@ impl Metrics {
         let regions = GaugeVec::default();
         let region_watches = Gauge::default();
         let region_state_refused_total = CounterVec::default();
+        let reconciles_deferred_total = RawCounter::default();
 
         let mut registry = Registry::default();
         registry.register(
@@ -671,6 +674,14 @@ impl Metrics {
             ),
             region_state_refused_total.clone(),
         );
+        registry.register(
+            counter_name("configrollout_reconciles_deferred_total"),
+            help(
+                "Reconciles put back without work because their namespace already ran its \
+                 share of the reconcile slots (fair share between namespaces).",
+            ),
+            reconciles_deferred_total.clone(),
+        );
         Metrics {
             reconcile_total,
             reconcile_errors_total,
@@ -687,6 +698,7 @@ impl Metrics {
             shards_held: Gauge::default(),
             region_watches,
             region_state_refused_total,
+            reconciles_deferred_total,
             registry,
             sources: Mutex::new(Sources::default()),
         }
@@ -956,6 +968,7 @@ mod tests {
             "counter",
             "reason",
         ),
+        ("configrollout_reconciles_deferred_total", "counter", ""),
     ];
 
     #[test]

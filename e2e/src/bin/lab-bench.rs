@@ -7,16 +7,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use configrollout_e2e::procstat::rss_kib;
 use configrollout_e2e::{Lab, LabOptions, gobuild};
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use configrollout::api::ConfigRollout;
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
+use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, free_port, rss_kib};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -655,41 +656,6 @@ fn request_counts(text: &str) -> Verbs {
         *verbs.entry(verb).or_default() += value;
     }
     verbs
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// utime + stime of the process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may hold spaces) start at field 3.
-    let after = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-fn free_port() -> BenchResult<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Rollout `i`: two stages (canary region-1, then the rest) when `i` is even, three

@@ -1,0 +1,325 @@
+//! Noisy neighbours on the lab: one namespace with N rollouts whose gates sample every
+//! second for as long as the run lasts, against single rollouts of another namespace.
+//! Reports the quiet rollouts' time from create to Complete with no neighbours (idle)
+//! and under the neighbours, and, while the neighbours run, the controller's CPU
+//! seconds per second, status patches, gate samples, reconciles and reconciles deferred
+//! for the namespace share per second.
+//!
+//! `make noisy-bench NOISY_BENCH_ARGS="--noisy 500"` (release build; hub + 1 region and
+//! Prometheus).
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use configrollout::api::ConfigRollout;
+use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
+use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, free_port};
+use configrollout_e2e::{HUB, Lab, LabOptions, User};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, PostParams};
+
+const NOISY: &str = "noisy";
+const QUIET: &str = "quiet";
+const TARGET_NAMESPACE: &str = "app";
+/// Creates in flight at once.
+const WRITERS: usize = 16;
+
+type BenchResult<T> = Result<T, String>;
+
+fn arg(name: &str, default: usize) -> BenchResult<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let parsed = (|| {
+        Ok::<_, String>((
+            arg("--noisy", 500)?,
+            arg("--runs", 5)?,
+            arg("--warmup-secs", 30)?,
+        ))
+    })();
+    let (noisy, runs, warmup) = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("noisy-bench: {error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("noisy-bench: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(bench(
+        noisy,
+        runs.max(1),
+        Duration::from_secs(warmup as u64),
+    )) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("noisy-bench failed: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The controller's counters at one moment.
+struct Counters {
+    at: Instant,
+    cpu_ticks: u64,
+    status_patches: f64,
+    gate_samples: f64,
+    reconciles: f64,
+    deferred: f64,
+}
+
+async fn bench(noisy: usize, runs: usize, warmup: Duration) -> BenchResult<()> {
+    let lab = Lab::start(LabOptions {
+        regions: 1,
+        ..LabOptions::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
+    for namespace in [NOISY, QUIET] {
+        lab.create_namespace(HUB, namespace)
+            .await
+            .map_err(|e| e.to_string())?;
+        lab.annotate_namespace(
+            HUB,
+            namespace,
+            &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    for region in lab.regions() {
+        lab.create_namespace(&region, TARGET_NAMESPACE)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+
+    let port = free_port()?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let controller = lab
+        .start_controller(
+            &me.with_file_name("lab-controller"),
+            "controller",
+            &[
+                "--probe-addr",
+                &format!("127.0.0.1:{port}"),
+                "--prometheus-url",
+                &lab.prometheus_url(),
+                "--log-filter",
+                "warn",
+                "--gate-settle-time",
+                "0s",
+            ]
+            .map(OsString::from),
+        )
+        .map_err(|e| e.to_string())?;
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(pid) = controller.program_pid()
+            && http.get(&metrics_url).send().await.is_ok()
+        {
+            break pid;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "controller did not serve /metrics: {}",
+                controller.log_tail(20)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let quiet: Api<ConfigRollout> = Api::namespaced(hub.clone(), QUIET);
+    let idle = time_quiet_rollouts(&quiet, "idle", runs).await?;
+    eprintln!("noisy-bench: idle: {idle:?}");
+
+    let neighbours: Api<ConfigRollout> = Api::namespaced(hub.clone(), NOISY);
+    let creating = Instant::now();
+    futures::stream::iter((0..noisy).map(|i| {
+        let neighbours = neighbours.clone();
+        async move {
+            let rollout = rollout(NOISY, &format!("n-{i:05}"), true)?;
+            neighbours
+                .create(&PostParams::default(), &rollout)
+                .await
+                .map_err(|e| format!("create n-{i:05}: {e}"))?;
+            Ok::<_, String>(())
+        }
+    }))
+    .buffer_unordered(WRITERS)
+    .try_collect::<Vec<()>>()
+    .await?;
+    eprintln!(
+        "noisy-bench: {noisy} neighbours created in {:.1?}; {warmup:?} for them to start sampling",
+        creating.elapsed()
+    );
+    tokio::time::sleep(warmup).await;
+
+    let before = counters(&http, &metrics_url, pid).await?;
+    let busy = time_quiet_rollouts(&quiet, "busy", runs).await?;
+    let after = counters(&http, &metrics_url, pid).await?;
+    eprintln!("noisy-bench: busy: {busy:?}");
+    let seconds = after.at.duration_since(before.at).as_secs_f64();
+    let rate = |a: f64, b: f64| (a - b) / seconds;
+    let idle_median = median(&idle);
+    let busy_median = median(&busy);
+    println!("| figure | value |");
+    println!("| --- | --- |");
+    println!("| neighbours (1 s gates, sampling) | {noisy} in `{NOISY}` |");
+    println!(
+        "| quiet rollout create -> Complete, idle (median of {runs}; max) | {idle_median:.2} s; {:.2} s |",
+        max(&idle)
+    );
+    println!(
+        "| quiet rollout create -> Complete, under the neighbours (median of {runs}; max) | {busy_median:.2} s; {:.2} s |",
+        max(&busy)
+    );
+    println!(
+        "| busy / idle (medians) | {:.2} |",
+        busy_median / idle_median
+    );
+    println!(
+        "| controller CPU while busy | {:.2} s/s |",
+        (after.cpu_ticks - before.cpu_ticks) as f64 / clock_ticks() / seconds
+    );
+    println!(
+        "| status patches while busy | {:.1}/s |",
+        rate(after.status_patches, before.status_patches)
+    );
+    println!(
+        "| gate samples while busy | {:.1}/s |",
+        rate(after.gate_samples, before.gate_samples)
+    );
+    println!(
+        "| reconciles while busy | {:.1}/s |",
+        rate(after.reconciles, before.reconciles)
+    );
+    println!(
+        "| reconciles deferred for the namespace share | {:.1}/s |",
+        rate(after.deferred, before.deferred)
+    );
+    drop(controller);
+    Ok(())
+}
+
+/// Creates `runs` single-stage rollouts in the quiet namespace one after the other, and
+/// returns each one's seconds from create to Complete.
+async fn time_quiet_rollouts(
+    quiet: &Api<ConfigRollout>,
+    label: &str,
+    runs: usize,
+) -> BenchResult<Vec<f64>> {
+    let mut times = Vec::new();
+    for run in 0..runs {
+        let name = format!("q-{label}-{run}");
+        let created = Instant::now();
+        quiet
+            .create(&PostParams::default(), &rollout(QUIET, &name, false)?)
+            .await
+            .map_err(|e| format!("create {name}: {e}"))?;
+        loop {
+            let current = quiet.get(&name).await.map_err(|e| e.to_string())?;
+            let complete = current
+                .status
+                .as_ref()
+                .is_some_and(|status| status.is_true("Complete"));
+            if complete {
+                break;
+            }
+            if created.elapsed() > Duration::from_secs(600) {
+                return Err(format!("{name} not Complete after 10 minutes"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        times.push(created.elapsed().as_secs_f64());
+    }
+    Ok(times)
+}
+
+/// A one-stage rollout into region-1; a neighbour's stage has a gate that samples every
+/// second, 1,000 times (the most a spec may ask), passing each time.
+fn rollout(namespace: &str, name: &str, gated: bool) -> BenchResult<ConfigRollout> {
+    let (gates, stage_gates) = if gated {
+        (
+            "  gates:\n    - {name: busy, query: 'vector(0)', condition: result < 1, interval: 1s, count: 1000}\n",
+            ", gates: [busy]",
+        )
+    } else {
+        ("", "")
+    };
+    let yaml = format!(
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  target: {{namespace: {TARGET_NAMESPACE}, name: {namespace}-{name}}}\n  data: {{limit: \"1\"}}\n{gates}  stages:\n    - {{name: only, regions: {{names: [region-1]}}{stage_gates}}}\n"
+    );
+    serde_yaml::from_str(&yaml).map_err(|e| format!("{name}: {e}"))
+}
+
+async fn counters(http: &reqwest::Client, url: &str, pid: u32) -> BenchResult<Counters> {
+    let text = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let sum = |family: &str| -> f64 {
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(family)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Ok(Counters {
+        at: Instant::now(),
+        cpu_ticks: cpu_ticks(pid).unwrap_or_default(),
+        status_patches: sum("configrollout_status_patches_total"),
+        gate_samples: sum("configrollout_gate_samples_total"),
+        reconciles: sum("configrollout_reconcile_total"),
+        deferred: sum("configrollout_reconciles_deferred_total"),
+    })
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn max(values: &[f64]) -> f64 {
+    values.iter().copied().fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rollouts_parse() {
+        for gated in [false, true] {
+            let parsed = rollout(NOISY, "n-00001", gated).unwrap();
+            assert_eq!(parsed.spec.gates.len(), usize::from(gated));
+        }
+    }
+}
