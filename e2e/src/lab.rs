@@ -686,6 +686,12 @@ impl Lab {
         self.programs.path(crate::gobuild::KUBECTL)
     }
 
+    /// Pid of a region's control plane (its apiserver and etcd, one process), while it
+    /// runs: what a benchmark freezes (SIGSTOP) to make the region hang rather than refuse.
+    pub fn region_pid(&self, name: &str) -> Result<Option<u32>, LabError> {
+        Ok(self.slot(name)?.plane.pid())
+    }
+
     /// Pids of every process the lab runs now.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.hub.pid().into_iter().collect();

@@ -5,8 +5,12 @@
 //! seconds per second, status patches, gate samples, reconciles and reconciles deferred
 //! for the namespace share per second.
 //!
-//! `make noisy-bench NOISY_BENCH_ARGS="--noisy 500"` (release build; hub + 1 region and
-//! Prometheus).
+//! With `--frozen N` the neighbours are instead N rollouts of region-2 whose apiserver is
+//! frozen (SIGSTOP: it accepts connections and never answers) just before each of them is
+//! given a new revision; the quiet rollouts go to region-1.
+//!
+//! `make noisy-bench NOISY_BENCH_ARGS="--noisy 500"` or `NOISY_BENCH_ARGS="--frozen 40"`
+//! (release build; hub + 1 or 2 regions and Prometheus).
 
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
@@ -16,7 +20,7 @@ use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, free_port};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 const NOISY: &str = "noisy";
 const QUIET: &str = "quiet";
@@ -43,9 +47,10 @@ fn main() -> std::process::ExitCode {
             arg("--noisy", 500)?,
             arg("--runs", 5)?,
             arg("--warmup-secs", 30)?,
+            arg("--frozen", 0)?,
         ))
     })();
-    let (noisy, runs, warmup) = match parsed {
+    let (noisy, runs, warmup, frozen) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => {
             eprintln!("noisy-bench: {error}");
@@ -59,17 +64,28 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(bench(
-        noisy,
-        runs.max(1),
-        Duration::from_secs(warmup as u64),
-    )) {
+    let neighbours = if frozen > 0 {
+        Neighbours::FrozenRegion(frozen)
+    } else {
+        Neighbours::Sampling(noisy)
+    };
+    let warmup = Duration::from_secs(warmup as u64);
+    match runtime.block_on(bench(neighbours, runs.max(1), warmup)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("noisy-bench failed: {error}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// What the quiet rollouts compete with.
+#[derive(Debug, Clone, Copy)]
+enum Neighbours {
+    /// This many rollouts whose gates sample every second.
+    Sampling(usize),
+    /// This many rollouts publishing into a region whose apiserver hangs.
+    FrozenRegion(usize),
 }
 
 /// The controller's counters at one moment.
@@ -82,9 +98,13 @@ struct Counters {
     deferred: f64,
 }
 
-async fn bench(noisy: usize, runs: usize, warmup: Duration) -> BenchResult<()> {
+async fn bench(neighbours: Neighbours, runs: usize, warmup: Duration) -> BenchResult<()> {
+    let (count, regions) = match neighbours {
+        Neighbours::Sampling(count) => (count, 1),
+        Neighbours::FrozenRegion(count) => (count, 2),
+    };
     let lab = Lab::start(LabOptions {
-        regions: 1,
+        regions,
         ..LabOptions::default()
     })
     .await
@@ -153,31 +173,62 @@ async fn bench(noisy: usize, runs: usize, warmup: Duration) -> BenchResult<()> {
     let idle = time_quiet_rollouts(&quiet, "idle", runs).await?;
     eprintln!("noisy-bench: idle: {idle:?}");
 
-    let neighbours: Api<ConfigRollout> = Api::namespaced(hub.clone(), NOISY);
+    let noisy: Api<ConfigRollout> = Api::namespaced(hub.clone(), NOISY);
+    let names: Vec<String> = (0..count).map(|i| format!("n-{i:05}")).collect();
     let creating = Instant::now();
-    futures::stream::iter((0..noisy).map(|i| {
-        let neighbours = neighbours.clone();
+    let sampling = matches!(neighbours, Neighbours::Sampling(_));
+    let region = if sampling { "region-1" } else { "region-2" };
+    for_each_neighbour(&names, |name| {
+        let noisy = noisy.clone();
         async move {
-            let rollout = rollout(NOISY, &format!("n-{i:05}"), true)?;
-            neighbours
+            let rollout = rollout(NOISY, &name, region, sampling)?;
+            noisy
                 .create(&PostParams::default(), &rollout)
                 .await
-                .map_err(|e| format!("create n-{i:05}: {e}"))?;
-            Ok::<_, String>(())
+                .map_err(|e| format!("create {name}: {e}"))?;
+            Ok(())
         }
-    }))
-    .buffer_unordered(WRITERS)
-    .try_collect::<Vec<()>>()
+    })
     .await?;
     eprintln!(
-        "noisy-bench: {noisy} neighbours created in {:.1?}; {warmup:?} for them to start sampling",
+        "noisy-bench: {count} neighbours created in {:.1?}",
         creating.elapsed()
     );
-    tokio::time::sleep(warmup).await;
+    let frozen = if sampling {
+        eprintln!("noisy-bench: {warmup:?} for them to start sampling");
+        tokio::time::sleep(warmup).await;
+        None
+    } else {
+        wait_all_complete(&noisy, count).await?;
+        let pid = lab
+            .region_pid("region-2")
+            .map_err(|e| e.to_string())?
+            .ok_or("region-2 does not run")?;
+        signal(pid, "-STOP")?;
+        for_each_neighbour(&names, |name| {
+            let noisy = noisy.clone();
+            async move {
+                let patch = serde_json::json!({"spec": {"data": {"limit": "2"}}});
+                noisy
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| format!("patch {name}: {e}"))?;
+                Ok(())
+            }
+        })
+        .await?;
+        eprintln!("noisy-bench: region-2 frozen; {count} neighbours given a revision for it");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Some(pid)
+    };
 
     let before = counters(&http, &metrics_url, pid).await?;
-    let busy = time_quiet_rollouts(&quiet, "busy", runs).await?;
+    let busy = time_quiet_rollouts(&quiet, "busy", runs).await;
     let after = counters(&http, &metrics_url, pid).await?;
+    if let Some(pid) = frozen {
+        signal(pid, "-CONT")?;
+    }
+    let busy = busy?;
     eprintln!("noisy-bench: busy: {busy:?}");
     let seconds = after.at.duration_since(before.at).as_secs_f64();
     let rate = |a: f64, b: f64| (a - b) / seconds;
@@ -185,7 +236,12 @@ async fn bench(noisy: usize, runs: usize, warmup: Duration) -> BenchResult<()> {
     let busy_median = median(&busy);
     println!("| figure | value |");
     println!("| --- | --- |");
-    println!("| neighbours (1 s gates, sampling) | {noisy} in `{NOISY}` |");
+    let what = if sampling {
+        "1 s gates, sampling"
+    } else {
+        "publishing into a frozen region"
+    };
+    println!("| neighbours ({what}) | {count} in `{NOISY}` |");
     println!(
         "| quiet rollout create -> Complete, idle (median of {runs}; max) | {idle_median:.2} s; {:.2} s |",
         max(&idle)
@@ -234,7 +290,10 @@ async fn time_quiet_rollouts(
         let name = format!("q-{label}-{run}");
         let created = Instant::now();
         quiet
-            .create(&PostParams::default(), &rollout(QUIET, &name, false)?)
+            .create(
+                &PostParams::default(),
+                &rollout(QUIET, &name, "region-1", false)?,
+            )
             .await
             .map_err(|e| format!("create {name}: {e}"))?;
         loop {
@@ -256,9 +315,60 @@ async fn time_quiet_rollouts(
     Ok(times)
 }
 
-/// A one-stage rollout into region-1; a neighbour's stage has a gate that samples every
+/// Runs `write` for every name, [`WRITERS`] at a time.
+async fn for_each_neighbour<F, Fut>(names: &[String], write: F) -> BenchResult<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = BenchResult<()>>,
+{
+    futures::stream::iter(names.iter().cloned().map(write))
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
+}
+
+/// Waits until `count` rollouts of the namespace are Complete.
+async fn wait_all_complete(rollouts: &Api<ConfigRollout>, count: usize) -> BenchResult<()> {
+    let started = Instant::now();
+    loop {
+        let list = rollouts
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let complete = list
+            .items
+            .iter()
+            .filter(|r| r.status.as_ref().is_some_and(|s| s.is_true("Complete")))
+            .count();
+        if complete >= count {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(format!(
+                "{complete} of {count} neighbours Complete after 10 minutes"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Sends a signal (`-STOP`, `-CONT`) to `pid`.
+fn signal(pid: u32, which: &str) -> BenchResult<()> {
+    let status = std::process::Command::new("kill")
+        .arg(which)
+        .arg(pid.to_string())
+        .status()
+        .map_err(|e| format!("kill {which} {pid}: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("kill {which} {pid}: {status}"))
+}
+
+/// A one-stage rollout into `region`; a gated one's stage has a gate that samples every
 /// second, 1,000 times (the most a spec may ask), passing each time.
-fn rollout(namespace: &str, name: &str, gated: bool) -> BenchResult<ConfigRollout> {
+fn rollout(namespace: &str, name: &str, region: &str, gated: bool) -> BenchResult<ConfigRollout> {
     let (gates, stage_gates) = if gated {
         (
             "  gates:\n    - {name: busy, query: 'vector(0)', condition: result < 1, interval: 1s, count: 1000}\n",
@@ -268,7 +378,7 @@ fn rollout(namespace: &str, name: &str, gated: bool) -> BenchResult<ConfigRollou
         ("", "")
     };
     let yaml = format!(
-        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  target: {{namespace: {TARGET_NAMESPACE}, name: {namespace}-{name}}}\n  data: {{limit: \"1\"}}\n{gates}  stages:\n    - {{name: only, regions: {{names: [region-1]}}{stage_gates}}}\n"
+        "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  target: {{namespace: {TARGET_NAMESPACE}, name: {namespace}-{name}}}\n  data: {{limit: \"1\"}}\n{gates}  stages:\n    - {{name: only, regions: {{names: [{region}]}}{stage_gates}}}\n"
     );
     serde_yaml::from_str(&yaml).map_err(|e| format!("{name}: {e}"))
 }
@@ -318,7 +428,7 @@ mod tests {
     #[test]
     fn rollouts_parse() {
         for gated in [false, true] {
-            let parsed = rollout(NOISY, "n-00001", gated).unwrap();
+            let parsed = rollout(NOISY, "n-00001", "region-2", gated).unwrap();
             assert_eq!(parsed.spec.gates.len(), usize::from(gated));
         }
     }
