@@ -15,6 +15,7 @@
 //! process it started. [`gitops`] judges the lab's objects as Flux (kstatus) and Argo CD
 //! (the shipped health and action scripts) do.
 
+pub mod bench;
 pub mod chart;
 mod child;
 mod controlplane;

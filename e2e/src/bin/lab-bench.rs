@@ -7,6 +7,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use configrollout_e2e::bench::arg;
 use configrollout_e2e::procstat::rss_kib;
 use configrollout_e2e::{Lab, LabOptions, gobuild};
 
@@ -19,17 +20,6 @@ fn median(values: &mut [f64]) -> f64 {
         values[n / 2]
     } else {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-fn arg(name: &str, default: usize) -> Result<usize, String> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{name} needs a number")),
-        None => Ok(default),
     }
 }
 

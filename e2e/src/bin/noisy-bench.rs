@@ -12,12 +12,11 @@
 //! `make noisy-bench NOISY_BENCH_ARGS="--noisy 500"` or `NOISY_BENCH_ARGS="--frozen 40"`
 //! (release build; hub + 1 or 2 regions and Prometheus).
 
-use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use configrollout::api::ConfigRollout;
-use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
-use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, free_port};
+use configrollout_e2e::bench::{arg, start_controller, team_namespaces};
+use configrollout_e2e::procstat::{clock_ticks, cpu_ticks};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -29,17 +28,6 @@ const TARGET_NAMESPACE: &str = "app";
 const WRITERS: usize = 16;
 
 type BenchResult<T> = Result<T, String>;
-
-fn arg(name: &str, default: usize) -> BenchResult<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
 
 fn main() -> std::process::ExitCode {
     let parsed = (|| {
@@ -110,64 +98,9 @@ async fn bench(neighbours: Neighbours, runs: usize, warmup: Duration) -> BenchRe
     .await
     .map_err(|e| e.to_string())?;
     let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
-    for namespace in [NOISY, QUIET] {
-        lab.create_namespace(HUB, namespace)
-            .await
-            .map_err(|e| e.to_string())?;
-        lab.annotate_namespace(
-            HUB,
-            namespace,
-            &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    }
-    for region in lab.regions() {
-        lab.create_namespace(&region, TARGET_NAMESPACE)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-
-    let port = free_port()?;
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let controller = lab
-        .start_controller(
-            &me.with_file_name("lab-controller"),
-            "controller",
-            &[
-                "--probe-addr",
-                &format!("127.0.0.1:{port}"),
-                "--prometheus-url",
-                &lab.prometheus_url(),
-                "--log-filter",
-                "warn",
-                "--gate-settle-time",
-                "0s",
-            ]
-            .map(OsString::from),
-        )
-        .map_err(|e| e.to_string())?;
-    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let pid = loop {
-        if let Some(pid) = controller.program_pid()
-            && http.get(&metrics_url).send().await.is_ok()
-        {
-            break pid;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            return Err(format!(
-                "controller did not serve /metrics: {}",
-                controller.log_tail(20)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    team_namespaces(&lab, &[NOISY, QUIET], TARGET_NAMESPACE).await?;
+    let controller = start_controller(&lab, &["--gate-settle-time", "0s"]).await?;
+    let (http, metrics_url, pid) = (&controller.http, &controller.metrics_url, controller.pid);
 
     let quiet: Api<ConfigRollout> = Api::namespaced(hub.clone(), QUIET);
     let idle = time_quiet_rollouts(&quiet, "idle", runs).await?;
@@ -222,9 +155,9 @@ async fn bench(neighbours: Neighbours, runs: usize, warmup: Duration) -> BenchRe
         Some(pid)
     };
 
-    let before = counters(&http, &metrics_url, pid).await?;
+    let before = counters(http, metrics_url, pid).await?;
     let busy = time_quiet_rollouts(&quiet, "busy", runs).await;
-    let after = counters(&http, &metrics_url, pid).await?;
+    let after = counters(http, metrics_url, pid).await?;
     if let Some(pid) = frozen {
         signal(pid, "-CONT")?;
     }

@@ -25,14 +25,13 @@
 //! `target/scale-bench-hub-r2.pprof` (read it with `go tool pprof -top`).
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use configrollout::api::ConfigRollout;
-use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
-use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, free_port, rss_kib};
+use configrollout_e2e::bench::{arg, start_controller, team_namespaces};
+use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, rss_kib};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -47,17 +46,6 @@ const STEADY_AFTER: Duration = Duration::from_secs(20);
 const WRITERS: usize = 16;
 
 type BenchResult<T> = Result<T, String>;
-
-fn arg(name: &str, default: usize) -> BenchResult<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
 
 fn main() -> std::process::ExitCode {
     let parsed = (|| {
@@ -159,21 +147,9 @@ async fn bench(
     .await
     .map_err(|e| e.to_string())?;
     let hub = lab.client(HUB, User::Admin).map_err(|e| e.to_string())?;
-    lab.create_namespace(HUB, NAMESPACE)
-        .await
-        .map_err(|e| e.to_string())?;
-    lab.annotate_namespace(
-        HUB,
-        NAMESPACE,
-        &[(ALLOWED_TARGET_NAMESPACES, TARGET_NAMESPACE)],
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    team_namespaces(&lab, &[NAMESPACE], TARGET_NAMESPACE).await?;
     let mut clusters = vec![(HUB.to_owned(), hub.clone())];
     for region in lab.regions() {
-        lab.create_namespace(&region, TARGET_NAMESPACE)
-            .await
-            .map_err(|e| e.to_string())?;
         let client = lab
             .client(&region, User::Admin)
             .map_err(|e| e.to_string())?;
@@ -181,49 +157,10 @@ async fn bench(
     }
     let lab_rss: u64 = lab.pids().iter().filter_map(|pid| rss_kib(*pid)).sum();
 
-    let port = free_port()?;
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let controller = lab
-        .start_controller(
-            &me.with_file_name("lab-controller"),
-            "controller",
-            &[
-                "--probe-addr",
-                &format!("127.0.0.1:{port}"),
-                "--prometheus-url",
-                &lab.prometheus_url(),
-                "--log-filter",
-                "warn",
-                // The figures are the controller's work; its gates wait no settle time,
-                // as before it had one, so that runs stay comparable.
-                "--gate-settle-time",
-                "0s",
-            ]
-            .map(OsString::from),
-        )
-        .map_err(|e| e.to_string())?;
-    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let pid = loop {
-        if let Some(pid) = controller.program_pid()
-            && http.get(&metrics_url).send().await.is_ok()
-        {
-            break pid;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            return Err(format!(
-                "controller did not serve /metrics: {}",
-                controller.log_tail(20)
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    // Let it settle: leader election, first probe of the regions.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The figures are the controller's work; its gates wait no settle time, as before it
+    // had one, so that runs stay comparable.
+    let controller = start_controller(&lab, &["--gate-settle-time", "0s"]).await?;
+    let (http, metrics_url, pid) = (&controller.http, &controller.metrics_url, controller.pid);
     let idle_rss = rss_kib(pid).unwrap_or_default();
 
     // RSS sampler: the peak since the last reset.
@@ -282,7 +219,7 @@ async fn bench(
     let mut phases = Vec::new();
     for revision in ["r1", "r2"] {
         peak.store(rss_kib(pid).unwrap_or_default(), Ordering::Relaxed);
-        let before = snapshot(&clusters, &http, &metrics_url, pid).await?;
+        let before = snapshot(&clusters, http, metrics_url, pid).await?;
         let phase_start = Instant::now();
         let profile = (revision == "r2" && profile_secs > 0)
             .then(|| profile_hub(&lab, profile_secs))
@@ -352,7 +289,7 @@ async fn bench(
         }
         // Let the last status writes and reads land before counting.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = snapshot(&clusters, &http, &metrics_url, pid).await?;
+        let after = snapshot(&clusters, http, metrics_url, pid).await?;
         let elapsed = done_at.saturating_duration_since(phase_start);
         eprintln!(
             "scale-bench: {revision}: {n} rollouts written in {writes_done:.1?}, all Complete after {elapsed:.1?}"
@@ -429,12 +366,12 @@ async fn bench(
     }
     tokio::time::sleep(STEADY_AFTER).await;
     let steady_rss = rss_kib(pid).unwrap_or_default();
-    let end = snapshot(&clusters, &http, &metrics_url, pid).await?;
+    let end = snapshot(&clusters, http, metrics_url, pid).await?;
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
     watch.abort();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    controller.stop();
+    controller.child.stop();
     drop(lab);
 
     print_report(
