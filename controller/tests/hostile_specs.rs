@@ -320,3 +320,50 @@ fn gated_value(timings: (&str, &str, &str, &str), count: i64, max_parallel: i64)
 fn gated(timings: (&str, &str, &str, &str), count: i64, max_parallel: i64) -> ConfigRolloutSpec {
     serde_json::from_value(gated_value(timings, count, max_parallel)).unwrap()
 }
+
+/// A query, condition or activation query holding a control character or a bidirectional
+/// override is refused, naming the field and the code point and never quoting the text,
+/// while a multi-line query (tabs, line feeds) is fine.
+#[test]
+fn tenant_text_with_control_characters_is_refused_without_being_echoed() {
+    let ordinary = ("30s", "0s", "0s", "1h");
+    let mut multiline = gated_value(ordinary, 3, 1);
+    multiline["gates"][0]["query"] = json!("sum(\n\tup{region=\"{{region}}\"}\n)");
+    let spec: ConfigRolloutSpec = serde_json::from_value(multiline).unwrap();
+    assert_eq!(validate(&spec), Vec::new());
+
+    for (field, pointer, text) in [
+        (
+            "spec.gates[0].query",
+            "/gates/0/query",
+            "up\u{1b}[2J\rdata: ALL COMPLETE",
+        ),
+        (
+            "spec.gates[0].condition",
+            "/gates/0/condition",
+            "result < 0.5\u{202e}",
+        ),
+        (
+            "spec.consumers[0].activationQuery",
+            "/consumers/0/activationQuery",
+            "count(x)\u{7}",
+        ),
+    ] {
+        let mut value = gated_value(ordinary, 3, 1);
+        value["consumers"] = json!([{"kind": "Deployment", "name": "app",
+                                     "activationQuery": "count(up)"}]);
+        *value.pointer_mut(pointer).unwrap() = json!(text);
+        let spec: ConfigRolloutSpec = serde_json::from_value(value).unwrap();
+        let errors = validate(&spec);
+        assert_eq!(errors.len(), 1, "{field}: {errors:?}");
+        assert_eq!(errors[0].field, field);
+        assert!(errors[0].message.contains("U+"), "{}", errors[0].message);
+        assert!(
+            !errors[0]
+                .to_string()
+                .chars()
+                .any(configrollout::api::text::is_unsafe_to_show),
+            "{field}: the message quotes the text"
+        );
+    }
+}

@@ -295,6 +295,14 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.revision": "3"}, "spec.revision must be a revision name"},
 		{"approval without approver", "StageApproval", "stageapproval.yaml",
 			map[string]string{"spec.approver": "~delete"}, "spec.approver"},
+		{"gate query with an escape sequence", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.query": "\"up\\e[2J\\rdata: ALL COMPLETE\""}, "spec.gates[0].query in body should match"},
+		{"gate condition with a bidirectional override", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.gates.0.condition": "\"result < 1\\u202e\""}, "spec.gates[0].condition in body should match"},
+		{"activation query with a bell", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.consumers.0.activationQuery": "\"count(up)\\a\""}, "spec.consumers[0].activationQuery in body should match"},
+		{"approval reason with a carriage return", "StageApproval", "stageapproval.yaml",
+			map[string]string{"spec.reason": "\"looks fine\\rAPPROVED BY ADMIN\""}, "spec.reason in body should match"},
 	}
 	k := kinds(t)
 	for _, c := range cases {
@@ -321,6 +329,19 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 
 // Every duration at its ceiling (and the gate interval at its floor), written in the units a person would use and in others,
 // is admitted: the ceilings refuse only what is over them.
+// Free text may span lines: a PromQL query or a reason written as a YAML block, with tabs,
+// and any printable Unicode, is admitted; only control characters and bidirectional
+// overrides are refused.
+func TestMultiLineTextIsAdmitted(t *testing.T) {
+	k := kinds(t)["ConfigRollout"]
+	obj := fixture(t, "rollout-full.yaml")
+	set(t, obj, "spec.gates.0.query", parse(t, "\"sum(\\n\\trate(errors_total[5m])\\n) / 2\""))
+	set(t, obj, "spec.gates.0.condition", parse(t, "\"result < 0.01 # naïve, 日本\""))
+	if _, errs := k.Admit(obj, nil); len(errs) > 0 {
+		t.Errorf("refused: %v", errs.ToAggregate())
+	}
+}
+
 func TestDurationsAtTheirCeilingsAreAdmitted(t *testing.T) {
 	k := kinds(t)["ConfigRollout"]
 	for _, edit := range []map[string]string{

@@ -79,7 +79,7 @@ pub struct StageApprovalSpec {
     pub approver: String,
     /// Why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::max_length(MAX_REASON_LENGTH))]
+    #[schemars(transform = schema::multiline_text(MAX_REASON_LENGTH))]
     pub reason: Option<String>,
 }
 

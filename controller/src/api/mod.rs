@@ -10,6 +10,7 @@ pub mod duration;
 mod region;
 mod rollout;
 pub mod schema;
+pub mod text;
 
 pub use approval::*;
 pub use claim::*;

@@ -297,6 +297,15 @@ pub(crate) fn max_length(max: u64) -> impl FnMut(&mut Schema) {
     move |schema| set(schema, "maxLength", max)
 }
 
+/// Free text bounded to `max` characters that may span lines but holds no control
+/// character or bidirectional override ([`super::text::MULTILINE_TEXT_PATTERN`]).
+pub(crate) fn multiline_text(max: u64) -> impl FnMut(&mut Schema) {
+    move |schema| {
+        set(schema, "maxLength", max);
+        set(schema, "pattern", super::text::MULTILINE_TEXT_PATTERN);
+    }
+}
+
 /// A list bounded to `max` items.
 pub(crate) fn max_items(max: u64) -> impl FnMut(&mut Schema) {
     move |schema| set(schema, "maxItems", max)

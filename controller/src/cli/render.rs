@@ -42,14 +42,16 @@ fn reason_and_message(condition: Option<&Condition>) -> String {
 /// `text` safe to print on one line of someone's terminal: status messages echo what
 /// tenants wrote (a selector, a query, a region's error), and a control character
 /// (ESC, CR, a line break) would let one tenant clear or overwrite the screen of everyone
-/// who lists rollouts. Each is shown as U+FFFD.
+/// who lists rollouts; a bidirectional override would reorder what follows it. Each is
+/// shown as U+FFFD.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    use crate::api::text::is_unsafe_to_show;
+    if !text.chars().any(is_unsafe_to_show) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
         text.chars()
-            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .map(|c| if is_unsafe_to_show(c) { '\u{fffd}' } else { c })
             .collect(),
     )
 }

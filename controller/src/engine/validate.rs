@@ -38,10 +38,15 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
 
     for (index, gate) in spec.gates.iter().enumerate() {
         let field = |name: &str| format!("spec.gates[{index}].{name}");
-        if let Err(error) = Condition::parse(&gate.condition) {
+        // Refused text is never parsed, so that no error message quotes it.
+        if let Some(problem) = text_problem(&gate.condition) {
+            report(field("condition"), problem);
+        } else if let Err(error) = Condition::parse(&gate.condition) {
             report(field("condition"), error.to_string());
         }
-        if let Err(error) = check_template(&gate.query) {
+        if let Some(problem) = text_problem(&gate.query) {
+            report(field("query"), problem);
+        } else if let Err(error) = check_template(&gate.query) {
             report(field("query"), error.to_string());
         } else if let Some(problem) = promql_problem(&gate.query) {
             report(field("query"), problem);
@@ -164,10 +169,10 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
             );
         }
         if let Some(query) = &consumer.activation_query {
-            let problem = match check_template(query) {
+            let problem = text_problem(query).or_else(|| match check_template(query) {
                 Err(error) => Some(error.to_string()),
                 Ok(()) => promql_problem(query),
-            };
+            });
             if let Some(problem) = problem {
                 report(format!("spec.consumers[{index}].activationQuery"), problem);
             }
@@ -236,6 +241,12 @@ const SAMPLE_VALUES: TemplateValues<'static> = TemplateValues {
 /// Why `query` (a well-formed template), rendered, is not a PromQL query whose result a
 /// gate can judge: unparsable, or a range vector or string rather than an instant vector
 /// or scalar. `None` when it is fine.
+/// A character tenant text may not hold (see [`crate::api::text`]), named by code point.
+fn text_problem(text: &str) -> Option<String> {
+    crate::api::text::first_refused_in_multiline(text)
+        .map(|(index, c)| crate::api::text::refused_character_message(index, c))
+}
+
 fn promql_problem(query: &str) -> Option<String> {
     use promql_parser::parser::parse;
     use promql_parser::parser::value::ValueType;

@@ -398,10 +398,10 @@ pub struct Gate {
     #[schemars(transform = schema::dns_label("spec.gates[].name"))]
     pub name: String,
     /// PromQL; `{{region}}`, `{{revision}}` and `{{stage}}` are replaced before querying.
-    #[schemars(length(min = 1), transform = schema::max_length(MAX_QUERY_LENGTH))]
+    #[schemars(length(min = 1), transform = schema::multiline_text(MAX_QUERY_LENGTH))]
     pub query: String,
     /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`.
-    #[schemars(length(min = 1), transform = schema::max_length(MAX_CONDITION_LENGTH))]
+    #[schemars(length(min = 1), transform = schema::multiline_text(MAX_CONDITION_LENGTH))]
     pub condition: String,
     /// Time between samples: at least 1s (or the controller's `--min-gate-interval`), at
     /// most 24h.
@@ -472,7 +472,7 @@ pub struct Consumer {
     /// PromQL counting the workload's instances that report the revision (placeholders as
     /// in gate queries); without it, delivered means activated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::max_length(MAX_QUERY_LENGTH))]
+    #[schemars(transform = schema::multiline_text(MAX_QUERY_LENGTH))]
     pub activation_query: Option<String>,
 }
 
