@@ -1,11 +1,17 @@
 //! Escaping: every text that reaches a page (names, messages, reasons, samples) goes
 //! through [`escape`], in element content and in quoted attribute values alike.
 
-/// `text` safe inside HTML element content and double- or single-quoted attributes.
+/// `text` safe inside HTML element content and double- or single-quoted attributes. A
+/// control character (but tab and line feed) or a bidirectional override, which would
+/// let a tenant's text reorder what follows it on the page, is shown as U+FFFD.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
+            '\t' | '\n' => out.push(c),
+            unsafe_to_show if crate::api::text::is_unsafe_to_show(unsafe_to_show) => {
+                out.push('\u{fffd}');
+            }
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -46,6 +52,14 @@ mod tests {
             "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
         );
         assert_eq!(escape("plain-name.1"), "plain-name.1");
+    }
+
+    #[test]
+    fn control_characters_and_bidirectional_overrides_are_replaced() {
+        assert_eq!(
+            escape("ok\u{1b}[2J\rdone\u{202e}txt.exe\n\tnext"),
+            "ok\u{fffd}[2J\u{fffd}done\u{fffd}txt.exe\n\tnext"
+        );
     }
 
     #[test]
