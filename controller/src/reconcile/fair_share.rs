@@ -62,16 +62,22 @@ impl NamespaceShares {
     pub fn try_enter(&self, namespace: &str, now: Instant) -> Option<Slot> {
         let mut state = lock(&self.state);
         state.prune(now);
-        state.asked.insert(namespace.to_owned(), now);
+        // The namespace's name is copied only the first time it asks or runs.
+        match state.asked.get_mut(namespace) {
+            Some(asked) => *asked = now,
+            None => {
+                state.asked.insert(namespace.to_owned(), now);
+            }
+        }
         let asking = state.asked.len().max(1);
         let share = (self.capacity / asking).max(MIN_SHARE);
-        let running = state.in_flight.get(namespace).copied().unwrap_or(0);
-        if running >= share {
-            return None;
+        match state.in_flight.get_mut(namespace) {
+            Some(running) if *running >= share => return None,
+            Some(running) => *running = running.saturating_add(1),
+            None => {
+                state.in_flight.insert(namespace.to_owned(), 1);
+            }
         }
-        state
-            .in_flight
-            .insert(namespace.to_owned(), running.saturating_add(1));
         Some(Slot {
             namespace: namespace.to_owned(),
             state: Arc::clone(&self.state),
@@ -79,7 +85,8 @@ impl NamespaceShares {
     }
 
     /// Reconciles of `namespace` running now.
-    pub fn running(&self, namespace: &str) -> usize {
+    #[cfg(test)]
+    fn running(&self, namespace: &str) -> usize {
         lock(&self.state)
             .in_flight
             .get(namespace)
