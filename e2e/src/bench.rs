@@ -3,11 +3,37 @@
 //! user with its `/metrics` served.
 
 use std::ffi::OsString;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 
 use crate::{HUB, Lab, LabChild};
+
+/// Runs a benchmark's `work` on a new runtime: exit 0 when it succeeds, 1 with the error
+/// on stderr (after `program`) when it fails or no runtime starts.
+pub fn run(program: &str, work: impl Future<Output = Result<(), String>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("{program}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program} failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A wrong command line: said on stderr (after `program`), exit 2.
+pub fn usage_error(program: &str, error: &str) -> ExitCode {
+    eprintln!("{program}: {error}");
+    ExitCode::from(2)
+}
 
 /// The number after `name` on the command line, or `default` without one.
 pub fn arg(name: &str, default: usize) -> Result<usize, String> {

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use configrollout::api::ConfigRollout;
-use configrollout_e2e::bench::{arg, start_controller, team_namespaces};
+use configrollout_e2e::bench::{arg, run, start_controller, team_namespaces, usage_error};
 use configrollout_e2e::procstat::{clock_ticks, cpu_ticks};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
@@ -40,17 +40,7 @@ fn main() -> std::process::ExitCode {
     })();
     let (noisy, runs, warmup, frozen) = match parsed {
         Ok(parsed) => parsed,
-        Err(error) => {
-            eprintln!("noisy-bench: {error}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("noisy-bench: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(error) => return usage_error("noisy-bench", &error),
     };
     let neighbours = if frozen > 0 {
         Neighbours::FrozenRegion(frozen)
@@ -58,13 +48,7 @@ fn main() -> std::process::ExitCode {
         Neighbours::Sampling(noisy)
     };
     let warmup = Duration::from_secs(warmup as u64);
-    match runtime.block_on(bench(neighbours, runs.max(1), warmup)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("noisy-bench failed: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run("noisy-bench", bench(neighbours, runs.max(1), warmup))
 }
 
 /// What the quiet rollouts compete with.
@@ -189,24 +173,28 @@ async fn bench(neighbours: Neighbours, runs: usize, warmup: Duration) -> BenchRe
     );
     println!(
         "| controller CPU while busy | {:.2} s/s |",
-        (after.cpu_ticks - before.cpu_ticks) as f64 / clock_ticks() / seconds
+        after.cpu_ticks.saturating_sub(before.cpu_ticks) as f64 / clock_ticks() / seconds
     );
-    println!(
-        "| status patches while busy | {:.1}/s |",
-        rate(after.status_patches, before.status_patches)
-    );
-    println!(
-        "| gate samples while busy | {:.1}/s |",
-        rate(after.gate_samples, before.gate_samples)
-    );
-    println!(
-        "| reconciles while busy | {:.1}/s |",
-        rate(after.reconciles, before.reconciles)
-    );
-    println!(
-        "| reconciles deferred for the namespace share | {:.1}/s |",
-        rate(after.deferred, before.deferred)
-    );
+    for (figure, after, before) in [
+        (
+            "status patches while busy",
+            after.status_patches,
+            before.status_patches,
+        ),
+        (
+            "gate samples while busy",
+            after.gate_samples,
+            before.gate_samples,
+        ),
+        ("reconciles while busy", after.reconciles, before.reconciles),
+        (
+            "reconciles deferred for the namespace share",
+            after.deferred,
+            before.deferred,
+        ),
+    ] {
+        println!("| {figure} | {:.1}/s |", rate(after, before));
+    }
     drop(controller);
     Ok(())
 }

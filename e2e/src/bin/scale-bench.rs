@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use configrollout::api::ConfigRollout;
-use configrollout_e2e::bench::{arg, start_controller, team_namespaces};
+use configrollout_e2e::bench::{arg, run, start_controller, team_namespaces, usage_error};
 use configrollout_e2e::procstat::{clock_ticks, cpu_ticks, rss_kib};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use futures::{StreamExt, TryStreamExt};
@@ -58,34 +58,19 @@ fn main() -> std::process::ExitCode {
     })();
     let (rollouts, regions, timeout, profile_secs) = match parsed {
         Ok(parsed) => parsed,
-        Err(error) => {
-            eprintln!("scale-bench: {error}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(error) => return usage_error("scale-bench", &error),
     };
     if regions < 3 || rollouts == 0 {
-        eprintln!("scale-bench: needs --regions 3 or more and --rollouts 1 or more");
-        return std::process::ExitCode::from(2);
+        return usage_error(
+            "scale-bench",
+            "needs --regions 3 or more and --rollouts 1 or more",
+        );
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("scale-bench: {error}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(bench(
-        rollouts,
-        regions,
-        Duration::from_secs(timeout as u64),
-        profile_secs,
-    )) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("scale-bench failed: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let timeout = Duration::from_secs(timeout as u64);
+    run(
+        "scale-bench",
+        bench(rollouts, regions, timeout, profile_secs),
+    )
 }
 
 /// What the watch has seen of each rollout.
