@@ -73,6 +73,7 @@ fn run(collect: bool) -> Run {
                 compaction: Compaction {
                     through: collected_through.as_ref(),
                     rebase: Some(&writer),
+                    keeping: None,
                 },
                 owner: Some(&writer),
             };

@@ -8,7 +8,9 @@
 //! through the rollout's recorded collection point, a publication is
 //! `regions::materialize::plan` with the rollout's point and its rebase, the point comes
 //! from `crdt::collection_point` over the other writer's progress as its (sticky) status
-//! marks say, and "the region holds the revision" is `publication::evidence` plus the
+//! marks say (a writer that has delivered nothing to some region does not hold it back;
+//! the tombstones of the keys it holds live are kept instead, as the collect step does),
+//! and "the region holds the revision" is `publication::evidence` plus the
 //! restored-key check the region read makes.
 //!
 //! After every step: no region reads as holding a rollout's current revision unless its
@@ -19,7 +21,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use configrollout::api::DriftPolicy;
 use configrollout::crdt::{self, DigestKey, Replica, Stamp, WriterId, WriterProgress};
@@ -174,6 +176,8 @@ struct Rollout {
     status_revision: Option<usize>,
     marks: [Option<usize>; REGIONS],
     collected_through: Option<Stamp>,
+    /// Keys whose tombstones the collection keeps, as `status.collectionKeeps` names them.
+    keeps: BTreeSet<String>,
 }
 
 impl Rollout {
@@ -277,7 +281,8 @@ impl World {
         let rollout = &mut self.rollouts[index];
         let mut base = rollout.current().cloned();
         if let (Some(base), Some(through)) = (&mut base, &rollout.collected_through) {
-            base.collect_tombstones(through);
+            let keeps = rollout.keeps.clone();
+            base.collect_tombstones_keeping(through, &move |key| keeps.contains(key));
         }
         let name = format!("r{}", rollout.revisions.len() + 1);
         let revision = RevisionState::declare(&name, base.as_ref(), None, &rollout.desired, stamp);
@@ -324,6 +329,7 @@ impl World {
         let delta = rollout
             .current()?
             .publication(configrollout::api::RevisionStep::Single);
+        let kept = |key: &str| rollout.keeps.contains(key);
         let request = MergeRequest {
             delta: &delta,
             drift_policy: &DriftPolicy::Report,
@@ -331,6 +337,7 @@ impl World {
             compaction: Compaction {
                 through: rollout.collected_through.as_ref(),
                 rebase: Some(&rollout.writer),
+                keeping: Some(&kept),
             },
             owner: Some(&rollout.writer),
         };
@@ -383,20 +390,36 @@ impl World {
         if !(0..REGIONS).all(|region| self.holds(index, region)) {
             return;
         }
-        let other = self.rollouts[1 - index].progress();
+        // As the collect step does: a writer that has delivered nothing to some region
+        // does not hold the point back; the tombstones of every key it holds live in any
+        // of its revisions are kept instead.
+        let other = &self.rollouts[1 - index];
+        let (others, keeps) = match other.progress() {
+            WriterProgress::Behind { held: None } => (
+                Vec::new(),
+                other
+                    .revisions
+                    .iter()
+                    .flat_map(|revision| revision.state.live_iter().map(|(key, _)| key.to_owned()))
+                    .collect(),
+            ),
+            progress => (vec![progress], BTreeSet::new()),
+        };
         let rollout = &mut self.rollouts[index];
         let Some(current) = rollout.current() else {
             return;
         };
-        let Some(point) = crdt::collection_point(&current.stamp, &[other]) else {
+        let Some(point) = crdt::collection_point(&current.stamp, &others) else {
             return;
         };
-        if rollout
+        let forward = rollout
             .collected_through
             .as_ref()
-            .is_none_or(|recorded| *recorded < point)
-        {
+            .is_none_or(|recorded| *recorded < point);
+        let refreshed = rollout.collected_through.as_ref() == Some(&point);
+        if forward || refreshed {
             rollout.collected_through = Some(point);
+            rollout.keeps = keeps;
         }
     }
 
@@ -523,6 +546,7 @@ proptest! {
                     status_revision: None,
                     marks: [None; REGIONS],
                     collected_through: None,
+                    keeps: BTreeSet::new(),
                 })
                 .collect(),
             regions: vec![RegionObjects::default(); REGIONS],

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use configrollout::api::{ConfigRollout, Region};
+use configrollout::api::{ConfigRollout, Region, RolloutPhase};
 use configrollout::engine::tenancy::{ALLOWED_REGIONS, ALLOWED_TARGET_NAMESPACES};
 use configrollout_e2e::{HUB, KUBECONFIG_SECRET_KEY, LabChild, LabOptions, SYSTEM_NAMESPACE, User};
 use k8s_openapi::ByteString;
@@ -690,8 +690,8 @@ impl Tenancy {
             .map(|config_map| config_map.data.unwrap_or_default())
     }
 
-    /// The writers whose entries the companion of `SHARED/target` in `region` holds.
-    async fn writers_in(&self, region: &str, target: &str) -> BTreeSet<String> {
+    /// The replica the companion of `SHARED/target` in `region` holds, if any.
+    async fn replica_in(&self, region: &str, target: &str) -> Option<configrollout::crdt::Replica> {
         let api: Api<ConfigMap> = Api::namespaced(self.world.region(region), SHARED);
         let companion = within(
             "read the companion",
@@ -701,17 +701,65 @@ impl Tenancy {
             )),
         )
         .await;
-        let Some(state) = companion
+        let state = companion
             .and_then(|c| c.data)
-            .and_then(|d| d.get("state").cloned())
-        else {
-            return BTreeSet::new();
-        };
-        let replica = configrollout::crdt::decode(&state).expect("the companion decodes");
-        replica
-            .iter()
-            .map(|(_, entry)| entry.stamp.writer.to_string())
-            .collect()
+            .and_then(|d| d.get("state").cloned())?;
+        Some(configrollout::crdt::decode(&state).expect("the companion decodes"))
+    }
+
+    /// The writers whose entries the companion of `SHARED/target` in `region` holds.
+    async fn writers_in(&self, region: &str, target: &str) -> BTreeSet<String> {
+        self.replica_in(region, target)
+            .await
+            .map(|replica| {
+                replica
+                    .iter()
+                    .map(|(_, entry)| entry.stamp.writer.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Overrides `changes` of `SHARED/target` in `region` as the on-call engineer does
+    /// with `kubectl configrollout override`: stamped now, signed with the hub's key.
+    async fn override_keys(
+        &self,
+        region: &str,
+        target: &str,
+        changes: &BTreeMap<String, Option<String>>,
+    ) {
+        let secrets: Api<Secret> = Api::namespaced(self.world.hub.clone(), SYSTEM_NAMESPACE);
+        let secret = within(
+            "read the digest key",
+            secrets.get("configrollout-digest-key"),
+        )
+        .await;
+        let key = configrollout::crdt::DigestKey::new(&secret.data.expect("key data")["key"].0)
+            .expect("key");
+        let now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_millis(),
+        )
+        .expect("fits");
+        let stamp = configrollout::crdt::Stamp::new(
+            now_ms,
+            0,
+            configrollout::crdt::WriterId::override_by("oncall").expect("writer"),
+        );
+        within(
+            "override in a region",
+            configrollout::regions::overrides::write_override(
+                &self.world.region(region),
+                &key,
+                SHARED,
+                target,
+                stamp,
+                changes,
+            ),
+        )
+        .await;
     }
 
     fn team_rollouts(&self) -> Api<ConfigRollout> {
@@ -909,40 +957,8 @@ async fn an_override_transfers_no_ownership(t: &Tenancy) {
     .await
     .expect("admitted");
     t.condition("rates-a", "Complete").await;
-    let key = {
-        let secrets: Api<Secret> = Api::namespaced(t.world.hub.clone(), SYSTEM_NAMESPACE);
-        let secret = within(
-            "read the digest key",
-            secrets.get("configrollout-digest-key"),
-        )
-        .await;
-        configrollout::crdt::DigestKey::new(&secret.data.expect("key data")["key"].0).expect("key")
-    };
-    let now_ms = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_millis(),
-    )
-    .expect("fits");
-    let stamp = configrollout::crdt::Stamp::new(
-        now_ms,
-        0,
-        configrollout::crdt::WriterId::override_by("oncall").expect("writer"),
-    );
     let changes = BTreeMap::from([("rate".to_owned(), Some("99".to_owned()))]);
-    within(
-        "override rate in region-1",
-        configrollout::regions::overrides::write_override(
-            &t.world.region("region-1"),
-            &key,
-            SHARED,
-            "rates",
-            stamp,
-            &changes,
-        ),
-    )
-    .await;
+    t.override_keys("region-1", "rates", &changes).await;
     let b: ConfigRollout = serde_yaml::from_str(&shared_rollout(
         "team",
         "rates-b",
@@ -1118,14 +1134,16 @@ async fn teams_share_a_region_namespace(t: &Tenancy) {
     a_companion_name_cannot_be_squatted(t).await;
     an_override_transfers_no_ownership(t).await;
     only_workloads_that_read_the_target_are_restarted(t).await;
-    a_stalled_co_writer_is_reported(t).await;
+    a_stalled_co_writer_holds_back_only_its_own_keys(t).await;
 }
 
 /// Issue 42: a co-writer of a shared target that has not reached every region (here,
-/// waiting for an approval nobody gives) holds back the collection of every writer's
-/// tombstones. The rollout whose tombstones wait says so in its status, without naming
-/// the other team's rollout, and stops saying it once the co-writer is gone.
-async fn a_stalled_co_writer_is_reported(t: &Tenancy) {
+/// waiting for an approval nobody gives) does not hold back the collection of the other
+/// writers' tombstones: only the tombstones of the keys it holds are kept, so that its
+/// late write still loses to a later removal (an on-call override's) where it never got
+/// to. The rollout whose tombstones wait for it says so in its status, without naming the
+/// other team's rollout.
+async fn a_stalled_co_writer_holds_back_only_its_own_keys(t: &Tenancy) {
     let waiting_stages = "    - {name: first, regions: {names: [region-1]}}\n    - {name: rest, regions: {names: [region-2, region-3]}, maxParallel: 2, approval: Required}\n";
     let stuck = shared_rollout("team", "stalled-b", "stalled", "{b: \"1\"}", waiting_stages);
     let stuck: ConfigRollout = serde_yaml::from_str(&stuck).expect("rollout YAML");
@@ -1149,6 +1167,14 @@ async fn a_stalled_co_writer_is_reported(t: &Tenancy) {
     .await
     .expect("admitted");
     t.condition("stalled-a", "Complete").await;
+    // On call removes b in region-2, where stalled-b has not been yet: a later removal
+    // than stalled-b's declaration, which must win when stalled-b gets there.
+    t.override_keys(
+        "region-2",
+        "stalled",
+        &BTreeMap::from([("b".to_owned(), None)]),
+    )
+    .await;
     // Removing a key leaves a tombstone to collect.
     let patch = serde_json::json!({"spec": {"data": {"a": "1", "gone": null}}});
     within(
@@ -1157,42 +1183,98 @@ async fn a_stalled_co_writer_is_reported(t: &Tenancy) {
             .patch("stalled-a", &PatchParams::default(), &Patch::Merge(&patch)),
     )
     .await;
-    let waits = eventually("stalled-a says what it waits for", PROGRESS, || async {
+    let status = eventually("stalled-a collects without stalled-b", PROGRESS, || async {
         let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
         let status = a.status?;
-        (status.revision.as_deref() == Some("r2"))
-            .then_some(status.collection_waits_for)
-            .flatten()
+        (status.revision.as_deref() == Some("r2") && status.collected_through.is_some())
+            .then_some(status)
     })
     .await;
+    let waits = status.collection_waits_for.expect("says what it waits for");
     assert!(waits.contains("a rollout in another namespace"), "{waits}");
     assert!(waits.contains("region-2"), "{waits}");
     assert!(
-        !waits.contains("stalled-b"),
-        "names another team's rollout: {waits}"
+        !waits.contains("stalled-b") && !waits.contains("\"b\""),
+        "names another team's rollout or key: {waits}"
     );
-    let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
-    assert_eq!(a.status.and_then(|s| s.collected_through), None);
+    let keeps = status.collection_keeps.expect("stalled-b's key is kept");
+    assert_eq!(keeps.keys.len(), 1, "only stalled-b's one key: {keeps:?}");
+    assert!(
+        !keeps.keys.iter().any(|digest| digest == "b"),
+        "a digest, not the name"
+    );
+
+    // The point is acted on at the next write to each region: a third revision.
+    let patch = serde_json::json!({"spec": {"data": {"a": "2"}}});
+    within(
+        "change a",
+        t.admin_rollouts()
+            .patch("stalled-a", &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await;
+    eventually("stalled-a completes r3", PROGRESS, || async {
+        let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
+        let status = a.status?;
+        (status.revision.as_deref() == Some("r3") && status.phase == Some(RolloutPhase::Complete))
+            .then_some(())
+    })
+    .await;
+    for region in REGIONS {
+        let replica = t.replica_in(region, "stalled").await.expect("a companion");
+        assert!(
+            replica.get("gone").is_none(),
+            "{region}: stalled-a's tombstone was not collected"
+        );
+    }
+    let region_2 = t
+        .replica_in("region-2", "stalled")
+        .await
+        .expect("a companion");
+    let b = region_2
+        .get("b")
+        .expect("the override's tombstone of b is kept");
+    assert!(b.is_tombstone(), "{b:?}");
+
+    // stalled-b goes on (its approval dropped, its revision the same): region-3 gets b,
+    // region-2 keeps the later removal.
+    let stages = serde_json::json!({"spec": {"stages": [
+        {"name": "first", "regions": {"names": ["region-1"]}},
+        {"name": "rest", "regions": {"names": ["region-2", "region-3"]}, "maxParallel": 2},
+    ]}});
+    within(
+        "drop stalled-b's approval",
+        t.team_rollouts()
+            .patch("stalled-b", &PatchParams::default(), &Patch::Merge(&stages)),
+    )
+    .await;
+    eventually("stalled-b reaches region-3", PROGRESS, || async {
+        let data = t.shared_data("region-3", "stalled").await?;
+        (data.get("b").map(String::as_str) == Some("1")).then_some(())
+    })
+    .await;
+    let stalled_b = "rollout:team/stalled-b";
+    eventually("stalled-b's write reaches region-2", PROGRESS, || async {
+        let replica = t.replica_in("region-2", "stalled").await?;
+        replica
+            .frontiers()
+            .keys()
+            .any(|writer| writer.to_string() == stalled_b)
+            .then_some(())
+    })
+    .await;
+    let data = t.shared_data("region-2", "stalled").await.expect("target");
+    assert_eq!(
+        data.get("b"),
+        None,
+        "the late write undid the override's removal"
+    );
+    assert_eq!(data.get("a").map(String::as_str), Some("2"));
 
     within(
         "delete stalled-b",
         t.team_rollouts()
             .delete("stalled-b", &kube::api::DeleteParams::default()),
     )
-    .await;
-    // Nudge a reconcile (a label change) rather than wait for the idle requeue.
-    let nudge = serde_json::json!({"metadata": {"labels": {"nudge": "1"}}});
-    within(
-        "nudge stalled-a",
-        t.admin_rollouts()
-            .patch("stalled-a", &PatchParams::default(), &Patch::Merge(&nudge)),
-    )
-    .await;
-    eventually("stalled-a collects", PROGRESS, || async {
-        let a = within("read a", t.admin_rollouts().get("stalled-a")).await;
-        let status = a.status?;
-        (status.collection_waits_for.is_none() && status.collected_through.is_some()).then_some(())
-    })
     .await;
 }
 

@@ -94,6 +94,34 @@ impl DigestKey {
     }
 }
 
+impl DigestKey {
+    /// Keyed digest of a key's name (not its value), to name a key in status without
+    /// showing it: the first 16 bytes of its MAC, in hex.
+    pub fn key_name_digest(&self, name: &str) -> String {
+        name_digest(&self.keyed, name)
+    }
+
+    /// [`Self::key_name_digest`] under the key whose [`Self::id`] is `id` (this one or
+    /// the one it replaced); `None` for a key this one does not know.
+    pub fn key_name_digest_under(&self, id: &str, name: &str) -> Option<String> {
+        if self.id() == id {
+            return Some(name_digest(&self.keyed, name));
+        }
+        let previous = self.previous.as_ref()?;
+        (key_id(previous) == id).then(|| name_digest(previous, name))
+    }
+}
+
+const KEY_NAME_DOMAIN: &[u8] = b"configrollout.dev/key-name/v1\0";
+
+fn name_digest(keyed: &Hmac<Sha256>, name: &str) -> String {
+    let mut mac = keyed.clone();
+    mac.update(KEY_NAME_DOMAIN);
+    mac.update(name.as_bytes());
+    let bytes = mac.finalize().into_bytes();
+    hex::encode(bytes.get(..16).unwrap_or_default())
+}
+
 fn key_id(keyed: &Hmac<Sha256>) -> String {
     let mut mac = keyed.clone();
     mac.update(b"configrollout.dev/key-id/v1");

@@ -7,8 +7,12 @@
 //! result is recorded in `status.collectedThrough` ([`record`]) and acted on at the next
 //! write to each region (see [`crate::crdt::compaction`]).
 
-use crate::api::{ConfigRolloutStatus, RevisionStep, RolloutPhase};
-use crate::crdt::{Stamp, WriterProgress};
+use std::collections::BTreeSet;
+
+use crate::api::{
+    CollectionKeeps, ConfigRolloutStatus, MAX_COLLECTION_KEEPS, RevisionStep, RolloutPhase,
+};
+use crate::crdt::{DigestKey, Stamp, WriterProgress};
 
 use super::Observations;
 
@@ -50,8 +54,11 @@ pub fn proposal(status: &ConfigRolloutStatus, observations: &Observations) -> Op
     }
     let stamp = revision_stamp(status, current)?;
     let recorded = recorded(status);
+    // At the recorded point while tombstones are kept for a writer still on its way:
+    // proposed again, so they are collected once it has arrived.
+    let keeping = status.collection_keeps.is_some();
     recorded
-        .is_none_or(|recorded| recorded < stamp)
+        .is_none_or(|recorded| recorded < stamp || (recorded == stamp && keeping))
         .then_some(stamp)
 }
 
@@ -119,14 +126,88 @@ pub fn holding_back(status: Option<&ConfigRolloutStatus>) -> Option<String> {
     })
 }
 
-/// Records `point` as the target's stable point, never moving it back. Returns whether
-/// the status changed.
-pub fn record(status: &mut ConfigRolloutStatus, point: &Stamp) -> bool {
-    if recorded(status).is_some_and(|recorded| recorded >= *point) {
-        return false;
+/// Records `point` as the target's stable point, with the tombstones it keeps
+/// (`keeps`, worked out with it), never moving the point back. At the point already
+/// recorded, the keeps are replaced: they were worked out for the whole range up to it,
+/// so the newer ones are as safe as the older. Returns whether the status changed.
+pub fn record(
+    status: &mut ConfigRolloutStatus,
+    point: &Stamp,
+    keeps: Option<CollectionKeeps>,
+) -> bool {
+    match recorded(status) {
+        Some(recorded) if recorded > *point => return false,
+        Some(recorded) if recorded == *point && status.collection_keeps == keeps => {
+            return false;
+        }
+        _ => {}
     }
     status.collected_through = Some(point.to_string());
+    status.collection_keeps = keeps;
     true
+}
+
+/// The keeps for `live_keys` (the keys writers still on their way hold live), named by
+/// digests under `key`; `None` when there are none. `Err` with their number when there
+/// are more than a status may name ([`MAX_COLLECTION_KEEPS`]).
+pub fn keeps_for<'k>(
+    key: &DigestKey,
+    live_keys: impl IntoIterator<Item = &'k str>,
+) -> Result<Option<CollectionKeeps>, usize> {
+    let keys: BTreeSet<String> = live_keys
+        .into_iter()
+        .map(|name| key.key_name_digest(name))
+        .collect();
+    if u64::try_from(keys.len()).map_or(true, |len| len > MAX_COLLECTION_KEEPS) {
+        return Err(keys.len());
+    }
+    Ok((!keys.is_empty()).then(|| CollectionKeeps {
+        key_id: key.id(),
+        keys: keys.into_iter().collect(),
+    }))
+}
+
+/// Which tombstones a collection through the recorded point keeps.
+pub enum Keeping<'a> {
+    /// None: every tombstone at or below the point goes.
+    Nothing,
+    /// Those of the keys named.
+    Keys {
+        /// The keeps recorded.
+        keeps: &'a CollectionKeeps,
+        /// The key they are named under.
+        key: &'a DigestKey,
+    },
+    /// The keeps are named under a key this controller no longer knows (two rotations
+    /// since): nothing may be collected until they are worked out again.
+    Unknown,
+}
+
+impl<'a> Keeping<'a> {
+    /// What `status` records, read with `key`.
+    pub fn of(status: Option<&'a ConfigRolloutStatus>, key: &'a DigestKey) -> Self {
+        match status.and_then(|status| status.collection_keeps.as_ref()) {
+            None => Self::Nothing,
+            Some(keeps) if key.knows_id(&keeps.key_id) => Self::Keys { keeps, key },
+            Some(_) => Self::Unknown,
+        }
+    }
+
+    /// Whether the tombstone of `name` is kept.
+    pub fn keeps(&self, name: &str) -> bool {
+        match self {
+            Self::Nothing => false,
+            Self::Keys { keeps, key } => key
+                .key_name_digest_under(&keeps.key_id, name)
+                .is_some_and(|digest| keeps.keys.binary_search(&digest).is_ok()),
+            Self::Unknown => true,
+        }
+    }
+
+    /// Whether nothing may be collected at all.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Self::Unknown)
+    }
 }
 
 /// The stable point already recorded, if it parses.
@@ -227,10 +308,61 @@ mod tests {
             seen("us-1", Some(("r2", RevisionStep::Contract))),
         ]);
         assert_eq!(proposal(&status, &all), Some(stamp(20)));
-        assert!(record(&mut status, &stamp(20)));
+        assert!(record(&mut status, &stamp(20), None));
         assert_eq!(proposal(&status, &all), None, "nothing new to propose");
-        assert!(!record(&mut status, &stamp(10)), "never moves back");
+        assert!(!record(&mut status, &stamp(10), None), "never moves back");
         assert_eq!(status.collected_through, Some(stamp(20).to_string()));
+    }
+
+    #[test]
+    fn a_point_that_keeps_tombstones_is_proposed_again_until_they_may_go() {
+        let mut status = status(RolloutPhase::Complete, "r2", &[("eu-1", None)]);
+        let all = observations(vec![seen("eu-1", Some(("r2", RevisionStep::Single)))]);
+        let key = DigestKey::new(b"0123456789abcdef-collection").unwrap();
+        let keeps = keeps_for(&key, ["flag"]).unwrap();
+        assert!(record(&mut status, &stamp(20), keeps.clone()));
+        assert_eq!(proposal(&status, &all), Some(stamp(20)), "asked again");
+        assert!(!record(&mut status, &stamp(20), keeps), "the same keeps");
+        // The writer on its way arrived: nothing is kept any more.
+        assert!(record(&mut status, &stamp(20), None));
+        assert_eq!(status.collection_keeps, None);
+        assert_eq!(proposal(&status, &all), None, "nothing new to propose");
+    }
+
+    #[test]
+    fn keeps_name_keys_by_digest_under_a_key_and_its_predecessor_only() {
+        let key = DigestKey::new(b"0123456789abcdef-first").unwrap();
+        let keeps = keeps_for(&key, ["flag", "rate", "flag"]).unwrap().unwrap();
+        assert_eq!(keeps.keys.len(), 2);
+        assert!(keeps.keys.iter().all(|digest| !digest.contains("flag")));
+        let status = ConfigRolloutStatus {
+            collection_keeps: Some(keeps),
+            ..Default::default()
+        };
+        let keeping = Keeping::of(Some(&status), &key);
+        assert!(keeping.keeps("flag") && keeping.keeps("rate"));
+        assert!(!keeping.keeps("old"));
+        let rotated = DigestKey::new(b"0123456789abcdef-second")
+            .unwrap()
+            .with_previous(&key);
+        let after_rotation = Keeping::of(Some(&status), &rotated);
+        assert!(after_rotation.keeps("flag") && !after_rotation.keeps("old"));
+        // Two rotations on, the names cannot be checked: everything is kept.
+        let twice = DigestKey::new(b"0123456789abcdef-third")
+            .unwrap()
+            .with_previous(&rotated);
+        let unknown = Keeping::of(Some(&status), &twice);
+        assert!(unknown.is_unknown() && unknown.keeps("old"));
+        assert!(!Keeping::of(None, &key).keeps("flag"));
+
+        assert_eq!(keeps_for(&key, std::iter::empty()), Ok(None));
+        let many: Vec<String> = (0..=MAX_COLLECTION_KEEPS)
+            .map(|i| format!("k{i}"))
+            .collect();
+        assert_eq!(
+            keeps_for(&key, many.iter().map(String::as_str)),
+            Err(many.len())
+        );
     }
 
     #[test]

@@ -13,8 +13,9 @@ use super::observe::RegionReads;
 use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
+use crate::engine::collection::Keeping;
 use crate::engine::{ActOutcome, Action, EventType, FailedRegion, Grant};
-use crate::regions::materialize::Compaction;
+use crate::regions::materialize::{Compaction, KeptKeys};
 use crate::regions::publication::RevisionState;
 use crate::regions::store::{self, DriftHandling, Snapshot, TargetObject};
 use crate::regions::{RegionError, consumers};
@@ -87,7 +88,16 @@ pub async fn act(
     let rollout = input.rollout;
     let namespace = rollout.namespace().unwrap_or_default();
     let store = ctx.hub_cache.revision_store(ctx.hub.clone(), &namespace);
-    let collected_through = collected_through(rollout);
+    let digest_key = ctx.digest_keys.current();
+    let keeping = Keeping::of(rollout.status.as_ref(), &digest_key);
+    // Keeps named under a key this controller no longer knows: nothing is collected
+    // until the collect step works them out again.
+    let collected_through = collected_through(rollout).filter(|_| !keeping.is_unknown());
+    let kept = |key: &str| keeping.keeps(key);
+    let keeping_keys: Option<KeptKeys<'_>> = match keeping {
+        Keeping::Keys { .. } => Some(&kept),
+        Keeping::Nothing | Keeping::Unknown => None,
+    };
     for action in actions {
         match action {
             Action::DeclareRevision {
@@ -103,7 +113,7 @@ pub async fn act(
                 let number = revision_number(name);
                 let mut previous = latest_before(input.revisions, number).cloned();
                 if let (Some(previous), Some(through)) = (&mut previous, &collected_through) {
-                    previous.collect_tombstones(through);
+                    previous.collect_tombstones_keeping(through, &kept);
                 }
                 let stable = match stable {
                     Some(stable) => Some(input.revisions.get(stable).ok_or_else(|| {
@@ -132,6 +142,7 @@ pub async fn act(
                 let compaction = Compaction {
                     through: collected_through.as_ref(),
                     rebase: Some(input.writer),
+                    keeping: keeping_keys,
                 };
                 let result = merge(ctx, &input, report, region, revision, compaction, |_| {
                     Ok(publication.clone())
@@ -150,6 +161,7 @@ pub async fn act(
                 let compaction = Compaction {
                     through: collected_through.as_ref(),
                     rebase: None,
+                    keeping: keeping_keys,
                 };
                 let result = merge(ctx, &input, report, region, &label, compaction, |replica| {
                     state.rollback(replica, fresh.clone()).map_err(|source| {

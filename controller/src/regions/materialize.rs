@@ -99,8 +99,11 @@ pub struct MergeRequest<'a> {
     pub owner: Option<&'a WriterId>,
 }
 
+/// Whether a key's tombstone is kept below the stable point (see [`Compaction::keeping`]).
+pub type KeptKeys<'a> = &'a (dyn Fn(&str) -> bool + Sync);
+
 /// Tombstone collection on a write (see [`crate::crdt::compaction`]).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct Compaction<'a> {
     /// The stable point of the target: tombstones at or below it are dropped and the
     /// replica's horizon is raised to it.
@@ -112,6 +115,19 @@ pub struct Compaction<'a> {
     /// are dropped, so a deleted key stays deleted; whatever the replica's horizon, which
     /// another writer's collection may have raised since the restore.
     pub rebase: Option<&'a WriterId>,
+    /// Keys whose tombstones stay at or below `through`: another writer still on its way
+    /// holds them live (see `status.collectionKeeps`).
+    pub keeping: Option<KeptKeys<'a>>,
+}
+
+impl std::fmt::Debug for Compaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction")
+            .field("through", &self.through)
+            .field("rebase", &self.rebase)
+            .field("keeping", &self.keeping.is_some())
+            .finish()
+    }
 }
 
 /// What to write.
@@ -248,8 +264,11 @@ pub fn plan(
     // conflict with another rollout's write, a crash), the next plan must still know the
     // key goes. It is collected by the first write that finds the target without it.
     if let Some(through) = request.compaction.through {
+        let kept = request.compaction.keeping;
         crdt::collect_tombstones_keeping(&mut replica, through, |key| {
-            target.data.contains_key(key) || target_data.contains_key(key)
+            target.data.contains_key(key)
+                || target_data.contains_key(key)
+                || kept.is_some_and(|kept| kept(key))
         });
     }
 
@@ -688,10 +707,82 @@ mod tests {
             compaction: Compaction {
                 through: Some(through),
                 rebase: Some(&writer),
+                keeping: None,
             },
             ..request(delta, &policy)
         };
         plan(&key(), target, companion, request).unwrap()
+    }
+
+    /// A co-writer `w` that never reached this region (it waits for an approval) holds
+    /// `flag` live from before a person's override removed `flag` here. Another rollout's
+    /// collection keeps that tombstone (`w`'s key) and collects its own, so `w`'s late
+    /// publication still loses to the later removal. Without the keep, the removal would
+    /// be undone by a stale staged rollout.
+    #[test]
+    fn a_kept_tombstone_outlives_a_late_co_writer_while_the_others_go() {
+        let policy = DriftPolicy::Report;
+        let a = WriterId::parse("rollout:team/limits").unwrap();
+        let w = WriterId::parse("rollout:other/w").unwrap();
+        let w_state: Delta = [("flag", Entry::live("on", Stamp::new(10, 0, w.clone())))]
+            .into_iter()
+            .collect();
+        let a_first = rollout_delta(5, &[("rate", Some("1")), ("old", Some("x"))]);
+        let first = plan(&key(), None, None, request(&a_first, &policy)).unwrap();
+        let (target, companion) = written(&first);
+        let mut a_state = a_first.clone();
+        a_state.merge(&rollout_delta(20, &[("old", None)]));
+        let removed = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&a_state, &policy),
+        )
+        .unwrap();
+        let (target, companion) = written(&removed);
+        let removal =
+            crate::crdt::override_delta(stamp(30, "override:alice"), [("flag", None::<&str>)])
+                .unwrap();
+        let overridden = plan(
+            &key(),
+            Some(&target),
+            Some(&companion),
+            request(&removal, &policy),
+        )
+        .unwrap();
+        let (target, companion) = written(&overridden);
+        let through = stamp(40, "rollout:team/limits");
+        let keep_flag = |key: &str| key == "flag";
+        let keeps: [(Option<KeptKeys<'_>>, bool); 2] = [(Some(&keep_flag), false), (None, true)];
+        for (keeping, flag_comes_back) in keeps {
+            let request_a = MergeRequest {
+                compaction: Compaction {
+                    through: Some(&through),
+                    rebase: Some(&a),
+                    keeping,
+                },
+                owner: Some(&a),
+                ..request(&a_state, &policy)
+            };
+            let collected = plan(&key(), Some(&target), Some(&companion), request_a).unwrap();
+            assert!(
+                collected.replica.get("old").is_none(),
+                "A's own tombstone goes"
+            );
+            assert_eq!(
+                collected.replica.get("flag").is_some(),
+                keeping.is_some(),
+                "the override's tombstone of w's key is kept only when asked"
+            );
+            let (target, companion) = written(&collected);
+            let late = MergeRequest {
+                owner: Some(&w),
+                ..request(&w_state, &policy)
+            };
+            let late = plan(&key(), Some(&target), Some(&companion), late).unwrap();
+            assert_eq!(late.target_data.contains_key("flag"), flag_comes_back);
+            assert_eq!(late.target_data.get("rate").map(String::as_str), Some("1"));
+        }
     }
 
     #[test]
@@ -824,6 +915,7 @@ mod tests {
                 compaction: Compaction {
                     through: Some(through),
                     rebase: Some(writer),
+                    keeping: None,
                 },
                 owner: Some(writer),
                 ..request(state, &policy)

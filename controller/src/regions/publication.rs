@@ -162,6 +162,16 @@ impl RevisionState {
         crdt::collect_tombstones(&mut self.state, through)
     }
 
+    /// [`Self::collect_tombstones`], keeping the tombstones of the keys `kept` names (see
+    /// `status.collectionKeeps`).
+    pub fn collect_tombstones_keeping(
+        &mut self,
+        through: &Stamp,
+        kept: &dyn Fn(&str) -> bool,
+    ) -> usize {
+        crdt::collect_tombstones_keeping(&mut self.state, through, kept)
+    }
+
     /// The entries this revision wrote itself.
     pub fn own_delta(&self) -> Delta {
         self.state

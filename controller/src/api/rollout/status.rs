@@ -72,6 +72,14 @@ pub struct ConfigRolloutStatus {
     /// Until it does, removed keys stay in every region's state as tombstones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collection_waits_for: Option<String>,
+    /// Tombstones the collection through `collectedThrough` keeps: those of the keys that
+    /// another writer of the target holds live in a revision it has not delivered to every
+    /// region yet (one waiting for an approval, say). Its late write must still lose to a
+    /// later removal there (a regional override's, say); every other tombstone is
+    /// collected without waiting for it. Keys are named by keyed digests, never in clear:
+    /// they may be another team's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection_keeps: Option<CollectionKeeps>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
     /// Complete, Drifted, InvalidSpec, AdmissionPolicies, ReconcileFailed; and kstatus's
     /// Ready (True once Complete), Reconciling and Stalled (abnormal-true), which Flux, kpt
@@ -129,6 +137,22 @@ impl ConfigRolloutStatus {
     pub fn is_true(&self, type_: &str) -> bool {
         self.true_condition(type_).is_some()
     }
+}
+
+/// Most keys whose tombstones a collection keeps for writers that have not delivered
+/// everywhere; with more, nothing is collected until they have (and the status says so).
+pub const MAX_COLLECTION_KEEPS: u64 = 256;
+
+/// The keys whose tombstones a collection keeps (see `collectionKeeps`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CollectionKeeps {
+    /// Id of the digest key the names were digested with; under a key the controller no
+    /// longer knows, nothing is collected until the keeps are worked out again.
+    pub key_id: String,
+    /// Keyed digests of the key names, sorted.
+    #[schemars(transform = schema::max_items(MAX_COLLECTION_KEEPS))]
+    pub keys: Vec<String>,
 }
 
 /// The request times of the last abort and retry acted on.
