@@ -220,6 +220,7 @@ fn full_status_round_trips() {
         collected_through: Some("1764687600000.0@rollout:payments/limits".into()),
         collection_waits_for: None,
         collection_keeps: None,
+        authors_counted: None,
         written_by: Some(configrollout::api::ShardWriter {
             shard: 2,
             shards: 4,

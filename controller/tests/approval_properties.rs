@@ -7,6 +7,8 @@
 
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use chrono::TimeDelta;
 use configrollout::api::{ApprovalRecord, RolloutPhase, StageState, conditions};
 use configrollout::engine::{Action, ApprovalObservation, ApproverBinding};
@@ -276,10 +278,13 @@ proptest! {
 /// One thing that happens to a four-eyes rollout, by one of three people.
 #[derive(Debug, Clone)]
 enum Edit {
-    /// Changes the spec's data: a new revision, its spec author the editor.
-    Spec(usize),
-    /// Changes the `fromConfigMap` source: a new revision, its source author the editor.
-    Source(usize),
+    /// Changes the spec's data, stamped as the spec-author policy does: a new revision
+    /// (declared at once, or only after the next edit when the controller does not get
+    /// to it in between: an edit refused as invalid and fixed by someone else, a
+    /// controller that was down).
+    Spec(usize, bool),
+    /// Changes the `fromConfigMap` source, stamped as the source-author policy does.
+    Source(usize, bool),
     /// Someone pauses or resumes: declares nothing, makes no one an author (the
     /// spec-author policy leaves the stamp as it was).
     Pause,
@@ -293,43 +298,75 @@ const PEOPLE: [&str; 3] = ["ann", "ben", "cat"];
 
 fn edit() -> impl Strategy<Value = Edit> {
     prop_oneof![
-        (0..3usize).prop_map(Edit::Spec),
-        (0..3usize).prop_map(Edit::Source),
+        (0..3usize, any::<bool>()).prop_map(|(who, seen)| Edit::Spec(who, seen)),
+        (0..3usize, any::<bool>()).prop_map(|(who, seen)| Edit::Source(who, seen)),
         Just(Edit::Pause),
         (0..3usize, any::<bool>()).prop_map(|(who, current)| Edit::Approve(who, current)),
         Just(Edit::Wait),
     ]
 }
 
+/// Who really changed what each revision declares: everyone who edited between its
+/// declaration and the one before, as the test saw them, whatever the stamps say.
+#[derive(Default)]
+struct TrueAuthors {
+    pending: BTreeSet<&'static str>,
+    of: BTreeMap<String, BTreeSet<&'static str>>,
+}
+
+impl TrueAuthors {
+    /// Gives the edits made since the last declaration to any revision declared since.
+    fn after_run(&mut self, world: &World) {
+        for record in &world.status.history {
+            if !self.of.contains_key(&record.name) {
+                self.of
+                    .insert(record.name.clone(), std::mem::take(&mut self.pending));
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(support::proptest_cases(200)))]
 
-    /// Issue 28: whatever sequence of spec edits, source edits, pauses and approvals, a
-    /// four-eyes rollout publishes a revision to the approval stage only on an approval of
-    /// that very revision by someone who changed nothing it declares.
+    /// Issue 28: whatever sequence of spec edits, source edits (several before the
+    /// controller declares, too), pauses and approvals, a four-eyes rollout publishes a
+    /// revision to the approval stage only on an approval of that very revision by
+    /// someone who changed nothing it declares.
     #[test]
     fn no_author_ever_opens_the_stage_of_what_they_changed(
         edits in prop::collection::vec(edit(), 1..25),
     ) {
         let mut world = world(true);
-        world.spec_author = Some(PEOPLE[0].into());
-        world.source_author = Some(Ok(PEOPLE[0].into()));
+        let mut truth = TrueAuthors::default();
+        world.spec_author = None;
+        world.spec_changed_by(PEOPLE[0]);
+        world.source_changed_by(PEOPLE[0]);
+        truth.pending.insert(PEOPLE[0]);
         world.run(2, 15);
+        truth.after_run(&world);
         let mut digests = 0;
         let mut approvals = 0;
         for edit in &edits {
-            match edit {
-                Edit::Spec(who) => {
-                    world.spec_author = Some(PEOPLE[*who].into());
+            let seen = match edit {
+                Edit::Spec(who, seen) => {
+                    world.spec_changed_by(PEOPLE[*who]);
+                    truth.pending.insert(PEOPLE[*who]);
                     digests += 1;
                     world.desired.digest = format!("spec-{digests}");
+                    *seen
                 }
-                Edit::Source(who) => {
-                    world.source_author = Some(Ok(PEOPLE[*who].into()));
+                Edit::Source(who, seen) => {
+                    world.source_changed_by(PEOPLE[*who]);
+                    truth.pending.insert(PEOPLE[*who]);
                     digests += 1;
                     world.desired.digest = format!("source-{digests}");
+                    *seen
                 }
-                Edit::Pause => world.spec.paused = !world.spec.paused,
+                Edit::Pause => {
+                    world.spec.paused = !world.spec.paused;
+                    true
+                }
                 Edit::Approve(who, current) => {
                     let revisions: Vec<String> =
                         world.status.history.iter().map(|r| r.name.clone()).collect();
@@ -342,27 +379,41 @@ proptest! {
                         approvals += 1;
                         world.approve_as(PEOPLE[*who], &format!("a{approvals}"), "prod", &revision);
                     }
+                    true
                 }
-                Edit::Wait => {}
+                Edit::Wait => true,
+            };
+            if seen {
+                world.run(1, 15);
+                truth.after_run(&world);
             }
-            world.run(1, 15);
         }
         world.spec.paused = false;
         world.run(4, 15);
+        truth.after_run(&world);
+        for record in &world.status.history {
+            let authors = truth.of.get(&record.name).cloned().unwrap_or_default();
+            let recorded: BTreeSet<&str> = record.authors.iter().map(String::as_str).collect();
+            prop_assert!(
+                record.authors_unknown.is_some() || authors.is_subset(&recorded),
+                "{} records authors {:?}, but {:?} changed it",
+                record.name,
+                record.authors,
+                authors
+            );
+        }
         for (region, revision, _) in world.publishes() {
             if region == "c1" {
                 continue;
             }
-            let record = world.status.history.iter().find(|r| r.name == revision);
-            let Some(record) = record else { continue };
+            let authors = truth.of.get(&revision).cloned().unwrap_or_default();
             let opened_by_someone_else = world.approvals.iter().any(|approval| {
-                approval.revision == revision
-                    && !record.authors.contains(&approval.approver)
+                approval.revision == revision && !authors.contains(approval.approver.as_str())
             });
             prop_assert!(
                 opened_by_someone_else,
                 "{revision} reached {region} without an approval by a non-author: authors {:?}, approvals {:?}",
-                record.authors,
+                authors,
                 world.approvals.iter().map(|a| (&a.revision, &a.approver)).collect::<Vec<_>>()
             );
         }

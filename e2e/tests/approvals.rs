@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use configrollout::api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
+use configrollout::api::author_stamp::AuthorStamp;
 use configrollout::api::{ConfigRollout, StageApproval, StageApprovalSpec, StageState, conditions};
 use configrollout::crdt::{DigestKey, Stamp, WriterId};
 use configrollout::regions::materialize::COMPANION_SUFFIX;
@@ -133,13 +134,17 @@ async fn approve(world: &World, user: User, rollout: &ConfigRollout, stage: &str
         .unwrap_or_else(|e| panic!("{} approves {name}: {e}", user.name()));
 }
 
+/// Who made the latest change the rollout's author stamp lists (`None` for nobody).
 async fn author_of(world: &World, name: &str) -> Option<String> {
-    world
-        .rollout(name)
-        .await
-        .annotations()
-        .get(SPEC_AUTHOR)
-        .cloned()
+    latest_author(world.rollout(name).await.annotations().get(SPEC_AUTHOR)?)
+}
+
+/// The user of the latest change an author stamp lists (`None` for nobody).
+fn latest_author(stamp: &str) -> Option<String> {
+    AuthorStamp::parse(stamp)
+        .latest()
+        .filter(|user| !user.is_empty())
+        .map(str::to_owned)
 }
 
 async fn event(world: &World, name: &str, reason: &str) -> Event {
@@ -337,7 +342,7 @@ async fn install_policies(world: &World) {
             .expect("the hub answers")
             .expect("alice may create rollouts");
         (admitted.annotations().get(SPEC_AUTHOR).map(String::as_str)
-            == Some(User::ApproverAlice.name()))
+            == Some(&format!("1 {}", User::ApproverAlice.name())))
         .then_some(())
     })
     .await;
@@ -361,7 +366,7 @@ async fn install_policies(world: &World) {
             .annotations()
             .get("configrollout.dev/data-author")
             .map(String::as_str)
-            == Some("admin"))
+            == Some("1 admin"))
         .then_some(())
     })
     .await;
@@ -493,11 +498,21 @@ async fn the_apiserver_stamps_the_spec_author(world: &World) {
     .await;
     assert_eq!(
         created.annotations().get(SPEC_AUTHOR).map(String::as_str),
-        Some("approver-alice")
+        Some("1 approver-alice")
     );
 
     change_data(world, name, serde_json::json!({"limit": "20"})).await;
-    assert_eq!(author_of(world, name).await.as_deref(), Some("admin"));
+    let stamp = world
+        .rollout(name)
+        .await
+        .annotations()
+        .get(SPEC_AUTHOR)
+        .cloned();
+    assert_eq!(
+        stamp.as_deref(),
+        Some("1 approver-alice\n2 admin"),
+        "each change is listed"
+    );
 
     // Alice rewrites only the annotation: admitted, and nothing changes.
     let forge = serde_json::json!({"metadata": {"annotations": {SPEC_AUTHOR: "approver-bob"}}});
@@ -650,6 +665,84 @@ async fn four_eyes_refuses_the_authors_own_approval(world: &World) {
     }
 }
 
+/// Issue 28: two people changed a four-eyes rollout before the controller declared from
+/// it: alice's change was refused as invalid (a gate condition that does not parse) and
+/// the admin fixed it, so the revision declared carries alice's value. Both are its
+/// authors; neither may approve it, and a third person's (bob's) approval goes through.
+async fn both_editors_of_a_fixed_change_are_its_authors(world: &World) {
+    let name = "two-editors";
+    world
+        .create_rollout(&staged(name, &[("limit", "10")], "  fourEyes: true\n"))
+        .await;
+    world.wait_phase(name, "AwaitingApproval", PROGRESS).await;
+    let alice: Api<ConfigRollout> = Api::namespaced(client(world, User::ApproverAlice), TEAM);
+    let broken = serde_json::json!({"spec": {
+        "data": {"limit": "99"},
+        "gates": [{"name": "errors", "query": "vector(0)", "condition": "result ~ 1",
+                   "interval": "10s", "count": 1}],
+    }});
+    within(
+        "alice changes the limit, with a gate that does not parse",
+        alice.patch(name, &PatchParams::default(), &Patch::Merge(&broken)),
+    )
+    .await;
+    world.wait_condition(name, "InvalidSpec", PROGRESS).await;
+    let fixed = serde_json::json!({"spec": {"gates": null}});
+    within(
+        "the admin removes the broken gate",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&fixed)),
+    )
+    .await;
+    let waiting = eventually("r2 awaits approval", PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        (revision_of(&rollout) == Some("r2")
+            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    let r2 = waiting
+        .status
+        .as_ref()
+        .and_then(|status| status.history.iter().find(|record| record.name == "r2"))
+        .expect("r2 in history");
+    assert_eq!(r2.authors, ["approver-alice", "admin"], "{r2:?}");
+    assert_eq!(r2.authors_unknown, None);
+
+    for (user, approval) in [
+        (User::ApproverAlice, "two-editors-by-alice"),
+        (User::Admin, "two-editors-by-admin"),
+    ] {
+        approve(world, user, &waiting, "prod", approval).await;
+        let refused = eventually("the author's approval is refused", PROGRESS, || async {
+            let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
+            c.message.contains(approval).then_some(c.message)
+        })
+        .await;
+        assert!(
+            refused.contains(&format!("{} changed what r2 declares", user.name())),
+            "{refused}"
+        );
+    }
+    for region in PROD {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region}: something reached the approval stage"
+        );
+    }
+    approve(world, User::ApproverBob, &waiting, "prod", "two-editors-by-bob").await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+    for region in PROD {
+        assert_eq!(
+            world.target_data(region, name).await,
+            Some(data(&[("limit", "99")])),
+            "{region}"
+        );
+    }
+}
+
 /// Issue 28: the author of a change approved it under four-eyes by editing the
 /// `fromConfigMap` source of someone else's rollout. The source's editor is stamped by
 /// the apiserver (`policies/source-author.yaml`) and recorded among the authors of the
@@ -682,7 +775,7 @@ async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World)
             .annotations()
             .get("configrollout.dev/data-author")
             .map(String::as_str),
-        Some("admin"),
+        Some("1 admin"),
         "the apiserver stamps the source's author"
     );
     let yaml = staged(name, &[("unused", "x")], "  fourEyes: true\n").replace(
@@ -705,7 +798,7 @@ async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World)
             .annotations()
             .get("configrollout.dev/data-author")
             .map(String::as_str),
-        Some("approver-alice")
+        Some("1 admin\n2 approver-alice")
     );
     let waiting = eventually("r2 awaits approval", PROGRESS, || async {
         let rollout = world.rollout(name).await;
@@ -719,7 +812,8 @@ async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World)
         .as_ref()
         .and_then(|status| status.history.iter().find(|record| record.name == "r2"))
         .expect("r2 in history");
-    assert_eq!(r2.authors, ["admin", "approver-alice"], "{r2:?}");
+    // The rollout's own stamp lists no change since r1: only the source's editor.
+    assert_eq!(r2.authors, ["approver-alice"], "{r2:?}");
 
     let own = "sourced-prod-by-alice";
     approve(world, User::ApproverAlice, &waiting, "prod", own).await;
@@ -729,8 +823,7 @@ async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World)
     })
     .await;
     assert!(
-        refused
-            .contains("approver-alice changed what r2 declares (authors: admin, approver-alice)"),
+        refused.contains("approver-alice changed what r2 declares (authors: approver-alice)"),
         "{refused}"
     );
     let event = event(world, name, "ApprovalRefused").await;
@@ -1505,8 +1598,11 @@ async fn a_gitops_relay_stamps_the_person_it_relays(world: &World) {
             world.rollouts().create(&dry_run, &probe),
         )
         .await;
-        (admitted.annotations().get(SPEC_AUTHOR).map(String::as_str) == Some("approver-bob"))
-            .then_some(())
+        let author = admitted
+            .annotations()
+            .get(SPEC_AUTHOR)
+            .and_then(|s| latest_author(s));
+        (author.as_deref() == Some("approver-bob")).then_some(())
     })
     .await;
 
@@ -1595,6 +1691,7 @@ async fn approvals_aborts_and_stamps_cannot_be_forged_or_outrun() {
     an_approval_in_someone_elses_name_is_refused(&world).await;
     four_eyes_refuses_the_authors_own_approval(&world).await;
     an_editor_of_the_source_may_not_approve_what_she_changed(&world).await;
+    both_editors_of_a_fixed_change_are_its_authors(&world).await;
     a_forged_status_approves_nothing(&world).await;
     an_approval_made_in_advance_approves_nothing(&world).await;
     let controller = a_frozen_leader_writes_nothing_after_losing_the_lease(&world, leader).await;

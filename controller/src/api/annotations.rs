@@ -7,12 +7,14 @@ pub const ABORT_ANNOTATION: &str = "configrollout.dev/abort";
 /// Retry a halted rollout (from its failed stage, or a rollback that gave up, as a
 /// rollback), set at this time. A rolled-back revision is not retried: declare a new one.
 pub const RETRY_ANNOTATION: &str = "configrollout.dev/retry";
-/// The user who last changed the spec, stamped by the apiserver
-/// (`policies/spec-author.yaml`), never by the controller.
+/// Who changed the spec, one line per change since the controller last declared a
+/// revision (see [`crate::api::author_stamp`]), stamped by the apiserver
+/// (`policies/spec-author.yaml`), never by a client or the controller.
 pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
 /// Label a `fromConfigMap` source carries so that `policies/source-author.yaml` stamps
 /// who edits it.
 pub const SOURCE_LABEL: &str = "configrollout.dev/source";
-/// Annotation on a labelled source ConfigMap: who last changed its data, stamped by the
-/// apiserver (`policies/source-author.yaml`), never by the client.
+/// Annotation on a labelled source ConfigMap: who changed its data, one line per change
+/// (see [`crate::api::author_stamp`]), stamped by the apiserver
+/// (`policies/source-author.yaml`), never by a client.
 pub const SOURCE_AUTHOR_ANNOTATION: &str = "configrollout.dev/data-author";

@@ -4,6 +4,7 @@
 
 pub mod annotations;
 mod approval;
+pub mod author_stamp;
 pub mod claim;
 pub mod conditions;
 pub mod duration;

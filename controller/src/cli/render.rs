@@ -19,6 +19,7 @@ use crate::api::{
 };
 
 pub use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
+use crate::api::author_stamp::AuthorStamp;
 /// How many of a gate's most recent samples the tree shows.
 pub const SAMPLES_SHOWN: usize = 3;
 
@@ -151,10 +152,15 @@ pub fn four_eyes_refusal(rollout: &ConfigRollout, approver: &str) -> Option<Stri
             printable(&record.authors.join(", "))
         ));
     }
-    let author = rollout.annotations().get(SPEC_AUTHOR_ANNOTATION)?;
-    (author == approver).then(|| {
+    // No revision records its authors yet: the spec's stamp lists who changed it.
+    let stamp = rollout.annotations().get(SPEC_AUTHOR_ANNOTATION)?;
+    let changed_it = match AuthorStamp::parse(stamp) {
+        AuthorStamp::Changes(changes) => changes.iter().any(|(_, user)| *user == approver),
+        AuthorStamp::Single(user) => user == approver,
+    };
+    changed_it.then(|| {
         format!(
-            "four-eyes: you ({approver}) last changed the spec of configrollout {}/{}, so \
+            "four-eyes: you ({approver}) changed the spec of configrollout {}/{}, so \
              someone else must approve it",
             rollout.namespace().unwrap_or_default(),
             rollout.name_any()
@@ -233,8 +239,12 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
                 let _ = write!(what, " ({})", printable(&refused.message));
             }
             let other_than = if rollout.spec.four_eyes {
-                match rollout.annotations().get(SPEC_AUTHOR_ANNOTATION) {
-                    Some(author) => format!(", other than {author} (four-eyes)"),
+                let latest = rollout
+                    .annotations()
+                    .get(SPEC_AUTHOR_ANNOTATION)
+                    .and_then(|stamp| AuthorStamp::parse(stamp).latest());
+                match latest {
+                    Some(author) => format!(", other than {} (four-eyes)", printable(author)),
                     None => ", other than the spec's author (four-eyes)".to_owned(),
                 }
             } else {

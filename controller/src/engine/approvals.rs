@@ -14,9 +14,10 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::api::author_stamp::{AuthorStamp, changes_since};
 use crate::api::{
-    Approval, ApprovalRecord, ConfigRolloutSpec, ConfigRolloutStatus, RevisionRecord, StageState,
-    stage_digest,
+    Approval, ApprovalRecord, AuthorsCounted, ConfigRolloutSpec, ConfigRolloutStatus,
+    RevisionRecord, StageState, stage_digest,
 };
 
 use super::clock::{from_time, to_time};
@@ -118,12 +119,13 @@ fn four_eyes(spec: &ConfigRolloutSpec, obs: &Observations) -> bool {
 
 /// Why `approval` may not count under four-eyes, if it may not: its approver changed
 /// what the approved revision declares (`record`'s authors, as stamped when it was
-/// declared), or last changed the spec (its stages, gates: what the stage does), or one
+/// declared), or changed the spec since (its stages, gates: what the stage does), or one
 /// of these cannot be known.
 fn four_eyes_refusal(
     approval: &ApprovalObservation,
     obs: &Observations,
     record: Option<&RevisionRecord>,
+    counted: Option<&AuthorsCounted>,
 ) -> Option<String> {
     if let Some(record) = record {
         if record
@@ -149,19 +151,36 @@ fn four_eyes_refusal(
             ));
         }
     }
-    match obs.spec_author.as_deref() {
-        Some(author) if author != approval.approver => None,
-        Some(author) => Some(format!(
-            "approval {} by {} refused: {author} last changed the spec, and four-eyes \
-             needs a second person",
-            approval.name, approval.approver
-        )),
-        None => Some(format!(
-            "approval {} by {} refused: who last changed the spec is unknown (the \
+    let Some(stamp) = obs.spec_author.as_deref() else {
+        return Some(format!(
+            "approval {} by {} refused: who changed the spec is unknown (the \
              annotation configrollout.dev/spec-author is missing; install \
              policies/spec-author.yaml), so four-eyes cannot be checked",
             approval.name, approval.approver
-        )),
+        ));
+    };
+    changed_the_spec_since(stamp, counted, &approval.approver).then(|| {
+        format!(
+            "approval {} by {} refused: {} changed the spec since the revision was \
+             declared (what its stages and gates do), and four-eyes needs a second person",
+            approval.name, approval.approver, approval.approver
+        )
+    })
+}
+
+/// Whether `user` changed the spec since the current revision was declared (the changes
+/// the rollout's stamp lists after what `counted` says that revision counted), or made
+/// its latest change.
+fn changed_the_spec_since(stamp: &str, counted: Option<&AuthorsCounted>, user: &str) -> bool {
+    match AuthorStamp::parse(stamp) {
+        AuthorStamp::Single(author) => author == user,
+        AuthorStamp::Changes(changes) => {
+            let since = counted
+                .and_then(|counted| counted.spec)
+                .and_then(|sequence| u64::try_from(sequence).ok());
+            changes_since(&changes, since).users.contains(&user)
+                || changes.last().is_some_and(|(_, latest)| *latest == user)
+        }
     }
 }
 
@@ -177,7 +196,16 @@ pub(super) fn verified<'o>(
     obs.approvals
         .iter()
         .filter(|approval| wanted.names(approval, obs))
-        .filter(|approval| !strict || four_eyes_refusal(approval, obs, wanted.record).is_none())
+        .filter(|approval| {
+            !strict
+                || four_eyes_refusal(
+                    approval,
+                    obs,
+                    wanted.record,
+                    status.authors_counted.as_ref(),
+                )
+                .is_none()
+        })
         .min_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)))
 }
 
@@ -258,7 +286,14 @@ pub(super) fn note_refusals(draft: &mut Draft<'_>, stage_name: &str) {
         .filter_map(|approval| {
             binding_refusal(approval, draft.obs).or_else(|| {
                 strict
-                    .then(|| four_eyes_refusal(approval, draft.obs, wanted.record))
+                    .then(|| {
+                        four_eyes_refusal(
+                            approval,
+                            draft.obs,
+                            wanted.record,
+                            draft.status.authors_counted.as_ref(),
+                        )
+                    })
                     .flatten()
             })
         })

@@ -60,6 +60,7 @@ pub use gate_windows::{
 pub use observations::{
     AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
     DesiredRevision, GateSampleObservation, Observations, RegionObservation, RevisionAuthors,
+    SourceStamp,
 };
 pub use settle::{ActOutcome, FailedRegion, observe_again, settle};
 pub use tenancy::Grant;

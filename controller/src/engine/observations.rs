@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::RevisionStep;
+use crate::api::author_stamp::{AUTHOR_STAMP_LINES, AuthorStamp, changes_since};
+use crate::api::{AuthorsCounted, RevisionStep, SourceAuthorsCounted};
 use crate::gates::QueryResult;
 
 /// Everything observed for one reconcile of one rollout.
@@ -34,8 +35,9 @@ pub struct Observations {
     pub grant: super::Grant,
     /// `metadata.uid` of the rollout: approvals must name it.
     pub rollout_uid: String,
-    /// Who last changed the spec, as the apiserver stamped it (annotation
-    /// `configrollout.dev/spec-author`); `None` when the annotation is missing.
+    /// Who changed the spec, as the apiserver stamped it (annotation
+    /// `configrollout.dev/spec-author`, see [`crate::api::author_stamp`]); `None` when
+    /// the annotation is missing.
     pub spec_author: Option<String>,
     /// Who changed what a revision declared now would declare (see
     /// [`crate::api::RevisionRecord::authors`]).
@@ -80,49 +82,126 @@ pub struct RevisionAuthors {
     pub known: Vec<String>,
     /// Why some author cannot be known, if one cannot.
     pub unknown: Option<String>,
+    /// How far the stamps were read: recorded with a revision declared now, so that the
+    /// next one counts only the changes made after.
+    pub counted: AuthorsCounted,
+}
+
+/// A `fromConfigMap` source's author stamp, with which ConfigMap carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceStamp<'a> {
+    /// The ConfigMap's `metadata.uid`.
+    pub uid: &'a str,
+    /// Its `configrollout.dev/data-author` annotation.
+    pub stamp: &'a str,
 }
 
 impl RevisionAuthors {
-    /// The authors from the stamps: the rollout's spec author (`None`: not stamped) and,
-    /// for `fromConfigMap`, the source's (`Err`: why it cannot be known). A stamp a relay
-    /// copied from a change's annotation is a tenant's text: one that is no user name
-    /// (longer than [`crate::api::MAX_APPROVER_LENGTH`], or holding control characters,
-    /// which would reach terminals through status and Events) makes the author unknown.
-    pub fn stamped(spec_author: Option<&str>, source_author: Option<Result<&str, &str>>) -> Self {
+    /// The authors from the stamps (see [`crate::api::author_stamp`]): everyone the
+    /// rollout's stamp (`None`: not stamped) and, for `fromConfigMap`, the source's
+    /// (`Err`: why it cannot be known) list after what `counted` says the current
+    /// revision counted. A stamp that dropped some of those changes, or lists none of
+    /// them at all while something new is declared, makes the authors unknown. A stamp a
+    /// relay copied from a change's annotation is a tenant's text: one that is no user
+    /// name (empty, longer than [`crate::api::MAX_APPROVER_LENGTH`], or holding control
+    /// characters, which would reach terminals through status and Events) makes the
+    /// author unknown.
+    pub fn stamped(
+        spec_stamp: Option<&str>,
+        source: Option<Result<SourceStamp<'_>, &str>>,
+        counted: Option<&AuthorsCounted>,
+    ) -> Self {
         let mut authors = RevisionAuthors::default();
         let mut unknown = Vec::new();
-        let stamps = [spec_author.ok_or_else(|| {
-            format!(
+        let mut listed_any = false;
+        match spec_stamp {
+            None => unknown.push(format!(
                 "the rollout carries no {} (policies/spec-author.yaml)",
                 crate::api::annotations::SPEC_AUTHOR_ANNOTATION
-            )
-        })]
-        .into_iter()
-        .chain(source_author.map(|author| author.map_err(str::to_owned)));
-        for stamp in stamps {
-            match stamp {
-                Ok(author) if !is_user_name(author) => unknown.push(
-                    "an author stamp is not a user name (too long, or with control characters)"
-                        .to_owned(),
-                ),
-                Ok(author) => {
-                    if !authors.known.iter().any(|known| known == author) {
-                        authors.known.push(author.to_owned());
-                    }
-                }
-                Err(why) => unknown.push(why),
+            )),
+            Some(stamp) => {
+                let since = counted.and_then(|counted| counted.spec);
+                let read = authors.read(stamp, since.and_then(|s| u64::try_from(s).ok()));
+                listed_any |= read.listed_any;
+                unknown.extend(
+                    read.unknown
+                        .map(|why| format!("the rollout's stamp: {why}")),
+                );
+                authors.counted.spec = read.through.and_then(|t| i64::try_from(t).ok());
             }
+        }
+        match source {
+            None => {}
+            Some(Err(why)) => unknown.push(why.to_owned()),
+            Some(Ok(source)) => {
+                let since = counted
+                    .and_then(|counted| counted.source.as_ref())
+                    .filter(|counted| counted.uid == source.uid)
+                    .and_then(|counted| u64::try_from(counted.sequence).ok());
+                let read = authors.read(source.stamp, since);
+                listed_any |= read.listed_any;
+                unknown.extend(read.unknown.map(|why| format!("the source's stamp: {why}")));
+                authors.counted.source = read.through.and_then(|through| {
+                    Some(SourceAuthorsCounted {
+                        uid: source.uid.to_owned(),
+                        sequence: i64::try_from(through).ok()?,
+                    })
+                });
+            }
+        }
+        if !listed_any && unknown.is_empty() {
+            unknown.push("no stamp lists a change since the previous revision".to_owned());
         }
         if !unknown.is_empty() {
             authors.unknown = Some(unknown.join("; "));
         }
         authors
     }
+
+    /// Adds the users `stamp` lists after `since` to the known authors.
+    fn read(&mut self, stamp: &str, since: Option<u64>) -> StampRead {
+        let mut read = StampRead::default();
+        let users = match AuthorStamp::parse(stamp) {
+            AuthorStamp::Single(user) => vec![user],
+            AuthorStamp::Changes(changes) => {
+                let changes = changes_since(&changes, since);
+                read.through = changes.through;
+                if changes.incomplete {
+                    read.unknown = Some(format!(
+                        "it keeps the last {AUTHOR_STAMP_LINES} changes, and some made since \
+                         the previous revision are gone"
+                    ));
+                }
+                changes.users
+            }
+        };
+        for user in users {
+            read.listed_any = true;
+            if !is_user_name(user) {
+                read.unknown = Some(
+                    "an author is not a user name (none, too long, or with control characters)"
+                        .to_owned(),
+                );
+            } else if !self.known.iter().any(|known| known == user) {
+                self.known.push(user.to_owned());
+            }
+        }
+        read
+    }
+}
+
+/// What reading one stamp found.
+#[derive(Debug, Default)]
+struct StampRead {
+    listed_any: bool,
+    through: Option<u64>,
+    unknown: Option<String>,
 }
 
 /// Whether `name` can be a user name: bounded like an approver, no control characters.
 fn is_user_name(name: &str) -> bool {
-    u64::try_from(name.len()).is_ok_and(|len| len <= crate::api::MAX_APPROVER_LENGTH)
+    !name.is_empty()
+        && u64::try_from(name.len()).is_ok_and(|len| len <= crate::api::MAX_APPROVER_LENGTH)
         && !name.chars().any(char::is_control)
 }
 
@@ -280,27 +359,114 @@ pub struct Control {
 mod tests {
     use super::*;
 
+    fn source(stamp: &str) -> Option<Result<SourceStamp<'_>, &str>> {
+        Some(Ok(SourceStamp { uid: "u1", stamp }))
+    }
+
     #[test]
     fn authors_are_the_stamps_and_a_stamp_that_is_no_user_name_is_unknown() {
-        let both = RevisionAuthors::stamped(Some("ann"), Some(Ok("ben")));
+        let both = RevisionAuthors::stamped(Some("1 ann"), source("1 ben"), None);
         assert_eq!(both.known, ["ann", "ben"]);
         assert_eq!(both.unknown, None);
         assert_eq!(
-            RevisionAuthors::stamped(Some("ann"), Some(Ok("ann"))).known,
+            RevisionAuthors::stamped(Some("1 ann"), source("4 ann"), None).known,
             ["ann"]
         );
-        let unstamped = RevisionAuthors::stamped(None, Some(Err("not labelled")));
+        // What policies before sequences wrote: one user.
+        assert_eq!(
+            RevisionAuthors::stamped(Some("ann"), None, None).known,
+            ["ann"]
+        );
+        let unstamped = RevisionAuthors::stamped(None, Some(Err("not labelled")), None);
         assert!(unstamped.known.is_empty());
         let why = unstamped.unknown.unwrap_or_default();
         assert!(
             why.contains("spec-author") && why.contains("not labelled"),
             "{why}"
         );
-        // A relayed change-author is a tenant's text.
-        for forged in ["ann\u{1b}[2J", &"x".repeat(257)] {
-            let authors = RevisionAuthors::stamped(Some(forged), None);
+        // A relayed change-author is a tenant's text; a relay's change naming nobody is
+        // listed with no user.
+        for forged in [
+            "1 ann\u{1b}[2J",
+            &format!("1 {}", "x".repeat(257)),
+            "1 ",
+            "1 ann\r",
+        ] {
+            let authors = RevisionAuthors::stamped(Some(forged), None, None);
             assert!(authors.known.is_empty(), "{forged:?}");
             assert!(authors.unknown.is_some());
         }
+    }
+
+    /// Issue 28: two people changed the rollout before the controller declared from it
+    /// (the first edit was refused as invalid, the second fixed it): both are authors.
+    /// The next revision counts only the changes made after this one.
+    #[test]
+    fn everyone_who_changed_it_since_the_previous_revision_is_an_author() {
+        let first = RevisionAuthors::stamped(Some("1 admin"), None, None);
+        assert_eq!(first.known, ["admin"]);
+        let counted = first.counted;
+        assert_eq!(counted.spec, Some(1));
+
+        let two = RevisionAuthors::stamped(Some("1 admin\n2 alice\n3 bob"), None, Some(&counted));
+        assert_eq!(
+            (two.known.as_slice(), two.unknown),
+            (&["alice".to_owned(), "bob".to_owned()][..], None)
+        );
+        assert_eq!(two.counted.spec, Some(3));
+
+        // A source change only: the rollout's stamp lists nothing new, the source's does.
+        let counted = two.counted;
+        let sourced = RevisionAuthors::stamped(
+            Some("1 admin\n2 alice\n3 bob"),
+            source("7 carol"),
+            Some(&counted),
+        );
+        assert_eq!(sourced.known, ["carol"]);
+        let counted = sourced.counted;
+        assert_eq!(
+            counted.source,
+            Some(SourceAuthorsCounted {
+                uid: "u1".into(),
+                sequence: 7
+            })
+        );
+        // Another source ConfigMap starts its own count.
+        let other = RevisionAuthors::stamped(
+            Some("1 admin\n2 alice\n3 bob"),
+            Some(Ok(SourceStamp {
+                uid: "u2",
+                stamp: "2 dan",
+            })),
+            Some(&counted),
+        );
+        assert_eq!(other.known, ["dan"]);
+    }
+
+    #[test]
+    fn dropped_changes_or_none_at_all_make_the_authors_unknown() {
+        let counted = AuthorsCounted {
+            spec: Some(2),
+            source: None,
+        };
+        let dropped = RevisionAuthors::stamped(
+            Some("4 a\n5 b\n6 c\n7 d\n8 e\n9 f\n10 g\n11 h"),
+            None,
+            Some(&counted),
+        );
+        assert!(
+            dropped
+                .unknown
+                .is_some_and(|why| why.contains("some made since"))
+        );
+        let went_back = RevisionAuthors::stamped(Some("1 a"), None, Some(&counted));
+        assert!(went_back.unknown.is_some());
+        let nothing_new = RevisionAuthors::stamped(Some("1 a\n2 b"), None, Some(&counted));
+        assert!(nothing_new.known.is_empty());
+        assert!(
+            nothing_new
+                .unknown
+                .is_some_and(|why| why.contains("no stamp lists"))
+        );
     }
 }

@@ -69,6 +69,8 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         authors: draft.obs.revision_authors.known.clone(),
         authors_unknown: draft.obs.revision_authors.unknown.clone(),
     });
+    // The changes counted into this revision's authors: the next one counts those after.
+    draft.status.authors_counted = Some(draft.obs.revision_authors.counted.clone());
     let limit = usize::try_from(draft.spec.revision_history_limit.clamp(1, 100)).unwrap_or(1);
     let excess = draft.status.history.len().saturating_sub(limit);
     draft.status.history.drain(..excess);

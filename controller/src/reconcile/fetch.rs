@@ -30,7 +30,7 @@ pub struct Fetched {
     pub desired: Result<BTreeMap<String, String>, String>,
     /// For a `fromConfigMap` rollout, who last changed the source's data, as
     /// `policies/source-author.yaml` stamps it, or why that is not known.
-    pub source_author: Option<Result<String, String>>,
+    pub source_author: Option<Result<SourceAuthor, String>>,
     /// Every Region.
     pub regions: Vec<Region>,
     /// The StageApprovals naming the rollout.
@@ -69,14 +69,14 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
     })
 }
 
-/// What a rollout declares now, and who last changed its source.
+/// What a rollout declares now, and who changed its source.
 type DesiredData = (
     Result<BTreeMap<String, String>, String>,
-    Option<Result<String, String>>,
+    Option<Result<SourceAuthor, String>>,
 );
 
 /// The desired data of a rollout, or why it cannot be had (reported as `InvalidSpec`),
-/// and, for `fromConfigMap`, who last changed the source's data.
+/// and, for `fromConfigMap`, who changed the source's data.
 async fn desired_data(hub: &Client, rollout: &ConfigRollout) -> Result<DesiredData, HubError> {
     if let Some(data) = &rollout.spec.data {
         return Ok((Ok(data.clone()), None));
@@ -107,10 +107,19 @@ async fn desired_data(hub: &Client, rollout: &ConfigRollout) -> Result<DesiredDa
     }
 }
 
-/// Who last changed a source ConfigMap's data, as `policies/source-author.yaml` stamps it
-/// on ConfigMaps labelled [`SOURCE_LABEL`]; without the label the stamp may have been
+/// A source ConfigMap's author stamp, and which ConfigMap carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceAuthor {
+    /// The ConfigMap's `metadata.uid`.
+    pub uid: String,
+    /// Its [`SOURCE_AUTHOR_ANNOTATION`].
+    pub stamp: String,
+}
+
+/// Who changed a source ConfigMap's data, as `policies/source-author.yaml` stamps it on
+/// ConfigMaps labelled [`SOURCE_LABEL`]; without the label the stamp may have been
 /// written by anyone, so the author is not known.
-fn source_author(namespace: &str, source: &ConfigMap) -> Result<String, String> {
+fn source_author(namespace: &str, source: &ConfigMap) -> Result<SourceAuthor, String> {
     let name = source.name_any();
     if source.labels().get(SOURCE_LABEL).map(String::as_str) != Some("true") {
         return Err(format!(
@@ -118,7 +127,7 @@ fn source_author(namespace: &str, source: &ConfigMap) -> Result<String, String> 
              nothing stamps who edits it (policies/source-author.yaml)"
         ));
     }
-    source
+    let stamp = source
         .annotations()
         .get(SOURCE_AUTHOR_ANNOTATION)
         .cloned()
@@ -128,7 +137,11 @@ fn source_author(namespace: &str, source: &ConfigMap) -> Result<String, String> 
                  {SOURCE_AUTHOR_ANNOTATION} (install policies/source-author.yaml, then \
                  change it once)"
             )
-        })
+        })?;
+    Ok(SourceAuthor {
+        uid: source.uid().unwrap_or_default(),
+        stamp,
+    })
 }
 
 /// A source's `data`, or why it cannot be published: configrollout carries text only, and

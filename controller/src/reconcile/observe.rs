@@ -15,7 +15,7 @@ use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
 use crate::crdt::{WriterId, desired_digest};
 use crate::engine::{
     self, ApproverBinding, DesiredRevision, GateSampleObservation, Grant, Observations,
-    RevisionAuthors,
+    RevisionAuthors, SourceStamp,
 };
 use crate::gates::SampleSource;
 use crate::regions::store::Snapshot;
@@ -160,10 +160,16 @@ pub async fn observe(
                 .annotations()
                 .get(SPEC_AUTHOR_ANNOTATION)
                 .map(String::as_str),
-            fetched
-                .source_author
-                .as_ref()
-                .map(|author| author.as_deref().map_err(String::as_str)),
+            fetched.source_author.as_ref().map(|author| {
+                author
+                    .as_ref()
+                    .map(|author| SourceStamp {
+                        uid: &author.uid,
+                        stamp: &author.stamp,
+                    })
+                    .map_err(String::as_str)
+            }),
+            status.authors_counted.as_ref(),
         ),
         four_eyes_default: ctx.four_eyes_default,
         gate_settle_time: ctx.gate_settle_time,

@@ -13,7 +13,7 @@ use configrollout::api::{
 use configrollout::engine::{
     Action, AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
     Decision, DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation,
-    RevisionAuthors, decide, gates_due,
+    RevisionAuthors, SourceStamp, decide, gates_due,
 };
 use configrollout::gates::QueryResult;
 use serde_json::{Value, json};
@@ -85,9 +85,9 @@ pub struct World {
     pub grant: Grant,
     /// The rollout's UID.
     pub rollout_uid: String,
-    /// Who last changed the spec (the apiserver-stamped annotation).
+    /// The spec's author stamp (the apiserver-stamped annotation).
     pub spec_author: Option<String>,
-    /// For a `fromConfigMap` rollout, who last changed the source (`Err`: why that is
+    /// For a `fromConfigMap` rollout, the source's author stamp (`Err`: why that is
     /// not known); `None` for `data`.
     pub source_author: Option<Result<String, String>>,
     /// The platform's `--four-eyes`.
@@ -366,10 +366,32 @@ impl World {
     fn revision_authors(&self) -> RevisionAuthors {
         RevisionAuthors::stamped(
             self.spec_author.as_deref(),
-            self.source_author
-                .as_ref()
-                .map(|author| author.as_deref().map_err(String::as_str)),
+            self.source_author.as_ref().map(|author| {
+                author
+                    .as_deref()
+                    .map(|stamp| SourceStamp {
+                        uid: "source-uid",
+                        stamp,
+                    })
+                    .map_err(String::as_str)
+            }),
+            self.status.authors_counted.as_ref(),
         )
+    }
+
+    /// `who` changes the spec: stamped as `policies/spec-author.yaml` does.
+    pub fn spec_changed_by(&mut self, who: &str) {
+        self.spec_author = Some(policy_stamp(self.spec_author.as_deref(), who));
+    }
+
+    /// `who` changes the `fromConfigMap` source: stamped as
+    /// `policies/source-author.yaml` does.
+    pub fn source_changed_by(&mut self, who: &str) {
+        let previous = self
+            .source_author
+            .as_ref()
+            .and_then(|author| author.as_deref().ok());
+        self.source_author = Some(Ok(policy_stamp(previous, who)));
     }
 
     /// Approves as `approver`.
@@ -414,4 +436,42 @@ pub fn proptest_cases(default: u32) -> u32 {
         .ok()
         .and_then(|cases| cases.parse().ok())
         .unwrap_or(default)
+}
+
+/// What the author policies write for a change by `who` after `previous`: a line
+/// `<sequence> <who>` appended, the last 8 kept; a value not in that shape starts the
+/// list again.
+pub fn policy_stamp(previous: Option<&str>, who: &str) -> String {
+    let lines: Vec<&str> = previous
+        .map(|p| p.split('\n').collect())
+        .unwrap_or_default();
+    let sequenced = lines.iter().all(|line| {
+        line.split_once(' ').is_some_and(|(sequence, _)| {
+            !sequence.is_empty()
+                && sequence.len() <= 18
+                && sequence.bytes().all(|b| b.is_ascii_digit())
+        })
+    });
+    let sequence_of = |line: &str| -> i64 {
+        line.split(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    let last = if sequenced {
+        lines.last().map_or(0, |line| sequence_of(line))
+    } else {
+        0
+    };
+    let mut kept: Vec<String> = if sequenced {
+        lines
+            .iter()
+            .filter(|line| sequence_of(line) > last - 7)
+            .map(|line| (*line).to_owned())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    kept.push(format!("{} {who}", last + 1));
+    kept.join("\n")
 }

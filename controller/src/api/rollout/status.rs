@@ -57,6 +57,11 @@ pub struct ConfigRolloutStatus {
     /// Declared revisions, newest last, at most `spec.revisionHistoryLimit`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<RevisionRecord>,
+    /// How far the author stamps (the rollout's, and its `fromConfigMap` source's) were
+    /// counted when the current revision was declared: everyone they list after that
+    /// changed what the next revision declares, and is one of its authors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authors_counted: Option<AuthorsCounted>,
     /// The operator requests (abort, retry) acted on, so each acts once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlRecord>,
@@ -137,6 +142,29 @@ impl ConfigRolloutStatus {
     pub fn is_true(&self, type_: &str) -> bool {
         self.true_condition(type_).is_some()
     }
+}
+
+/// How far the author stamps were counted (see `authorsCounted`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthorsCounted {
+    /// The last change of the rollout's own stamp counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<i64>,
+    /// The last change of the source's stamp counted, and which ConfigMap that was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceAuthorsCounted>,
+}
+
+/// The source ConfigMap whose author stamp was counted, and how far.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceAuthorsCounted {
+    /// Its `metadata.uid`: another ConfigMap (renamed source, or deleted and created
+    /// again) starts its own count.
+    pub uid: String,
+    /// The last change counted.
+    pub sequence: i64,
 }
 
 /// Most keys whose tombstones a collection keeps for writers that have not delivered

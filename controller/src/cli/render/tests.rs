@@ -159,7 +159,7 @@ fn four_eyes_names_who_may_not_approve() {
     assert_eq!(
         four_eyes_refusal(&rollout, "tenant-a").as_deref(),
         Some(
-            "four-eyes: you (tenant-a) last changed the spec of configrollout team/app, so \
+            "four-eyes: you (tenant-a) changed the spec of configrollout team/app, so \
              someone else must approve it"
         )
     );
