@@ -732,7 +732,14 @@ async fn both_editors_of_a_fixed_change_are_its_authors(world: &World) {
             "{region}: something reached the approval stage"
         );
     }
-    approve(world, User::ApproverBob, &waiting, "prod", "two-editors-by-bob").await;
+    approve(
+        world,
+        User::ApproverBob,
+        &waiting,
+        "prod",
+        "two-editors-by-bob",
+    )
+    .await;
     world.wait_condition(name, "Complete", PROGRESS).await;
     for region in PROD {
         assert_eq!(
