@@ -552,6 +552,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         fence: WriteFence::sharded(shards.clone(), metrics.clone()),
         backoff: Default::default(),
         superseded: Default::default(),
+        held_statuses: Default::default(),
         metrics: metrics.clone(),
         four_eyes_default: options.four_eyes,
         approver_enforced_externally: options.approver_enforced_externally,

@@ -14,6 +14,7 @@ pub mod fair_share;
 pub mod fault_injection;
 pub mod fence;
 pub mod fetch;
+pub mod held_status;
 pub mod hub_cache;
 pub mod observe;
 mod region_read;
@@ -100,6 +101,8 @@ pub struct Context {
     /// Versions of rollouts this replica's status writes replaced: a reconcile handed one
     /// waits for the watch.
     pub superseded: superseded::SupersededVersions,
+    /// Status changes of gate samples only, held to be written with the next.
+    pub held_statuses: held_status::HeldStatuses,
     /// The process's metrics.
     pub metrics: Arc<Metrics>,
     /// Whether every rollout requires four-eyes approvals (`--four-eyes`).
@@ -257,6 +260,12 @@ async fn run_steps(
 ) -> Result<Action, ReconcileError> {
     #[cfg(feature = "fault-injection")]
     fault_injection::maybe_panic(rollout);
+    // The status held back from the last reconcile, if the rollout has not changed since:
+    // this reconcile goes on from its samples. `stored` is the rollout as read, whose
+    // status a write replaces.
+    let stored = rollout;
+    let overlaid = ctx.held_statuses.overlay(stored);
+    let rollout = overlaid.as_ref().unwrap_or(stored);
     let now = Utc::now();
     let mut fetched = fetch::fetch(ctx, rollout)
         .await
@@ -309,9 +318,18 @@ async fn run_steps(
 
     let mut status = last.status;
     collect::collect(ctx, rollout, &last.observations, &mut status).await;
-    let written = status_writer::write_status(ctx, rollout, &status, record)
-        .await
-        .map_err(ReconcileError::WriteStatus)?;
+    let held = ctx
+        .held_statuses
+        .hold(stored, stored.status.as_ref(), &status, Instant::now());
+    let written = match held {
+        Some(_) => {
+            record.status_held = true;
+            StatusWrite::Unchanged
+        }
+        None => status_writer::write_status(ctx, stored, &status, record)
+            .await
+            .map_err(ReconcileError::WriteStatus)?,
+    };
     if written == StatusWrite::Stale {
         // The rollout changed since it was read: its watch brings the new version, and
         // the next reconcile decides from it.
@@ -331,6 +349,8 @@ async fn run_steps(
         ctx.backoff.succeeded(&key);
         last.requeue_after.unwrap_or(IDLE_REQUEUE)
     };
+    // A held status is written once its time comes, whatever the engine waits for.
+    let requeue = held.map_or(requeue, |wait| requeue.min(wait));
     Ok(Action::requeue(requeue.clamp(MIN_REQUEUE, IDLE_REQUEUE)))
 }
 

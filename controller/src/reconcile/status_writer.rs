@@ -47,6 +47,9 @@ pub enum StatusWrite {
 /// rollout's shard, noting the patch's result and duration in `record`. A sharded
 /// controller records itself in `status.writtenBy` on each write; a change of writer alone
 /// is not a reason to write.
+///
+/// `rollout` is the rollout as read (its stored status is what a write replaces, its
+/// `resourceVersion` the write's precondition).
 pub async fn write_status(
     ctx: &Context,
     rollout: &ConfigRollout,
@@ -91,6 +94,7 @@ pub async fn write_status(
     match written {
         Ok(_) => {
             ctx.superseded.wrote_over(rollout);
+            ctx.held_statuses.written(rollout, Instant::now());
             Ok(StatusWrite::Written)
         }
         Err(error) if error.is_conflict() => {

@@ -480,6 +480,9 @@ pub struct ReconcileRecord {
     pub samples_judged: SampleTally,
     /// The status patch's result and duration, when one was sent.
     pub status_patch: Option<(WriteResult, Duration)>,
+    /// Whether a status change of gate samples only was held back, to be written with
+    /// the next (see `reconcile::held_status`).
+    pub status_held: bool,
 }
 
 /// What the controller's caches hold at a scrape.
@@ -540,6 +543,8 @@ pub struct Metrics {
     pub region_state_refused_total: CounterVec<StateRefusal>,
     /// Reconciles put back because their namespace ran its share of the slots.
     pub reconciles_deferred_total: RawCounter,
+    /// Status changes of gate samples only held back to be written with the next.
+    pub status_writes_held_total: RawCounter,
     registry: Registry,
     sources: Mutex<Sources>,
 }
@@ -584,6 +589,7 @@ impl Metrics {
         let region_watches = Gauge::default();
         let region_state_refused_total = CounterVec::default();
         let reconciles_deferred_total = RawCounter::default();
+        let status_writes_held_total = RawCounter::default();
 
         let mut registry = Registry::default();
         registry.register(
@@ -682,6 +688,14 @@ impl Metrics {
             ),
             reconciles_deferred_total.clone(),
         );
+        registry.register(
+            counter_name("configrollout_status_writes_held_total"),
+            help(
+                "Status changes that carried gate samples only, held back to be written \
+                 with the next (at most one such write per rollout every 10s).",
+            ),
+            status_writes_held_total.clone(),
+        );
         Metrics {
             reconcile_total,
             reconcile_errors_total,
@@ -699,6 +713,7 @@ impl Metrics {
             region_watches,
             region_state_refused_total,
             reconciles_deferred_total,
+            status_writes_held_total,
             registry,
             sources: Mutex::new(Sources::default()),
         }
@@ -745,6 +760,9 @@ impl Metrics {
             (SampleVerdict::Error, samples.errors),
         ] {
             self.gate_samples_total.add(verdict, u64::from(count));
+        }
+        if record.status_held {
+            self.status_writes_held_total.inc();
         }
         if let Some((result, duration)) = record.status_patch {
             self.status_patches_total.inc(result);
@@ -969,6 +987,7 @@ mod tests {
             "reason",
         ),
         ("configrollout_reconciles_deferred_total", "counter", ""),
+        ("configrollout_status_writes_held_total", "counter", ""),
     ];
 
     #[test]
@@ -1130,6 +1149,7 @@ mod tests {
                 errors: 1,
             },
             status_patch: Some((WriteResult::Conflict, Duration::from_millis(5))),
+            status_held: true,
         });
         assert_eq!(metrics.reconcile_total.get(ReconcileResult::Error), 1);
         assert_eq!(
@@ -1148,6 +1168,7 @@ mod tests {
         assert!(text.contains("configrollout_reconcile_errors_total{category=\"invalid\"} 1\n"));
         assert!(text.contains("configrollout_reconcile_duration_seconds_count 1\n"));
         assert!(text.contains("configrollout_status_patch_duration_seconds_count 1\n"));
+        assert!(text.contains("configrollout_status_writes_held_total 1\n"));
     }
 
     fn sample(text: &str, series: &str) -> i64 {
