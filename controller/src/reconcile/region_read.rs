@@ -73,6 +73,18 @@ pub async fn read_region(
     let mut findings = TargetFindings::default();
     let mut latest_stamp = None;
     let mut read = None;
+    // A region the probe could not reach is not read until the probe reaches it again
+    // (every 15 s): each read would wait out its timeout while holding one of the
+    // reconcile slots every tenant shares, and find it unreachable anyway.
+    if let Some(why) = probed_unreachable(region) {
+        observation.last_error = Some(why);
+        return ObservedRegion {
+            observation,
+            findings,
+            latest_stamp: None,
+            read: None,
+        };
+    }
     let client = match ctx.region_clients.client(region).await {
         Ok(client) => client,
         Err(error) => {
@@ -293,6 +305,17 @@ async fn sign_with_current_key(
         Ok(false) => {}
         Err(error) => tracing::warn!(region, %error, "could not sign a region state"),
     }
+}
+
+/// Why `region` is not read, when its last probe found it unreachable.
+fn probed_unreachable(region: &Region) -> Option<String> {
+    let status = region.status.as_ref()?;
+    (status.reachable == Some(false)).then(|| {
+        format!(
+            "not read: the last region probe could not reach it ({})",
+            status.last_error.as_deref().unwrap_or("no answer")
+        )
+    })
 }
 
 /// Keys the rollout removed and collected that a regional override holds with a stamp at

@@ -7,14 +7,15 @@
 //!
 //! With `--frozen N` the neighbours are instead N rollouts of region-2 whose apiserver is
 //! frozen (SIGSTOP: it accepts connections and never answers) just before each of them is
-//! given a new revision; the quiet rollouts go to region-1.
+//! given a new revision; the quiet rollouts go to region-1, timed once the controller's
+//! region probe has found region-2 unreachable.
 //!
 //! `make noisy-bench NOISY_BENCH_ARGS="--noisy 500"` or `NOISY_BENCH_ARGS="--frozen 40"`
 //! (release build; hub + 1 or 2 regions and Prometheus).
 
 use std::time::{Duration, Instant};
 
-use configrollout::api::ConfigRollout;
+use configrollout::api::{ConfigRollout, Region};
 use configrollout_e2e::bench::{arg, run, start_controller, team_namespaces, usage_error};
 use configrollout_e2e::procstat::{clock_ticks, cpu_ticks};
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
@@ -58,6 +59,29 @@ enum Neighbours {
     Sampling(usize),
     /// This many rollouts publishing into a region whose apiserver hangs.
     FrozenRegion(usize),
+}
+
+/// Waits until the controller's region probe records `region` as unreachable (it probes
+/// every 15 s, each probe waiting out its timeout).
+async fn wait_probed_unreachable(hub: &kube::Client, region: &str) -> BenchResult<()> {
+    let regions: Api<Region> = Api::all(hub.clone());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < deadline {
+        let unreachable = regions
+            .get(region)
+            .await
+            .map_err(|e| format!("read {region}: {e}"))?
+            .status
+            .and_then(|status| status.reachable)
+            == Some(false);
+        if unreachable {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!(
+        "the probe did not find {region} unreachable within 90s"
+    ))
 }
 
 /// The controller's counters at one moment.
@@ -135,6 +159,12 @@ async fn bench(neighbours: Neighbours, runs: usize, warmup: Duration) -> BenchRe
         })
         .await?;
         eprintln!("noisy-bench: region-2 frozen; {count} neighbours given a revision for it");
+        let probing = Instant::now();
+        wait_probed_unreachable(&hub, "region-2").await?;
+        eprintln!(
+            "noisy-bench: the region probe found region-2 unreachable after {:.1?}",
+            probing.elapsed()
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
         Some(pid)
     };
