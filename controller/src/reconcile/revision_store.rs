@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -23,6 +24,9 @@ use crate::api::ConfigRollout;
 use crate::crdt;
 use crate::regions::publication::{RevisionState, encode_revision};
 use crate::regions::store::FIELD_MANAGER;
+
+/// Revisions one load fetches and decodes at once.
+const REVISIONS_LOADED_AT_ONCE: usize = 4;
 
 /// Label on each ControllerRevision naming its rollout.
 pub const ROLLOUT_LABEL: &str = "configrollout.dev/rollout";
@@ -112,31 +116,39 @@ impl RevisionStore {
                 return Ok(None);
             }
         }
-        let loaded = futures::future::try_join_all(objects.iter().map(|object| async move {
-            let uid = object.metadata.uid.as_deref().unwrap_or_default();
-            let version = object.resource_version().unwrap_or_default();
-            if let Some(state) = index.decoded.get(uid, &version) {
-                return Ok(Some(state));
-            }
-            let Some(full) =
-                api_call("read revision", self.api.get_opt(&object.name_any())).await?
-            else {
-                // Deleted since the watch saw it.
-                return Ok(None);
-            };
-            if !owned_by(&full, rollout) {
-                return Ok(None);
-            }
-            let (state, bytes) = decode(&full)?;
-            index.decoded.insert(
-                full.metadata.uid.as_deref().unwrap_or_default(),
-                &full.resource_version().unwrap_or_default(),
-                &state,
-                bytes,
-            );
-            Ok::<_, HubError>(Some(state))
-        }))
-        .await?;
+        // A few at a time: a cold cache would otherwise fetch and decode every kept
+        // revision (up to 100 of up to ~1.4 MiB) at once, for each rollout reconciled.
+        let loads: Vec<_> = objects
+            .iter()
+            .map(|object| async move {
+                let uid = object.metadata.uid.as_deref().unwrap_or_default();
+                let version = object.resource_version().unwrap_or_default();
+                if let Some(state) = index.decoded.get(uid, &version) {
+                    return Ok(Some(state));
+                }
+                let Some(full) =
+                    api_call("read revision", self.api.get_opt(&object.name_any())).await?
+                else {
+                    // Deleted since the watch saw it.
+                    return Ok(None);
+                };
+                if !owned_by(&full, rollout) {
+                    return Ok(None);
+                }
+                let (state, bytes) = decode(&full)?;
+                index.decoded.insert(
+                    full.metadata.uid.as_deref().unwrap_or_default(),
+                    &full.resource_version().unwrap_or_default(),
+                    &state,
+                    bytes,
+                );
+                Ok::<_, HubError>(Some(state))
+            })
+            .collect();
+        let loaded: Vec<Option<RevisionState>> = futures::stream::iter(loads)
+            .buffered(REVISIONS_LOADED_AT_ONCE)
+            .try_collect()
+            .await?;
         Ok(Some(
             loaded
                 .into_iter()

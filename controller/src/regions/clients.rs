@@ -31,6 +31,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest kubeconfig read from a Secret. Real ones are a few KiB; the bound keeps a
 /// hostile or mistaken Secret from costing the parser more than that.
 pub const MAX_KUBECONFIG_BYTES: usize = 1024 * 1024;
+/// Most bytes one answer of a region's API server may carry (a call's; a watch is a
+/// stream): a ConfigMap is at most 1 MiB, and the largest answer read is the list of a
+/// namespace's workloads a consumer's selector matches.
+pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 /// Longest user or cluster name quoted in an error, so a refusal stays short in status.
 const MAX_QUOTED_NAME_CHARS: usize = 63;
 
@@ -547,9 +551,26 @@ async fn build_client(
     config.write_timeout = Some(CALL_TIMEOUT);
     let mut watch_config = config.clone();
     watch_config.read_timeout = Some(object_cache::WATCH_READ_TIMEOUT);
-    let calls = Client::try_from(config).map_err(|error| bad(client_problem(&error)))?;
+    let calls = bounded_client(config).map_err(|error| bad(client_problem(&error)))?;
     let watches = Client::try_from(watch_config).map_err(|error| bad(client_problem(&error)))?;
     Ok((calls, watches))
+}
+
+/// A client whose every answer carries at most [`MAX_ANSWER_BYTES`]: a broken or
+/// hostile region's API server cannot make the controller buffer more (one that never
+/// ends its answer is cut at the read timeout). Not for watches, whose answer is a
+/// stream that lasts minutes.
+fn bounded_client(config: Config) -> Result<Client, kube::Error> {
+    let layer = tower::util::MapResponseLayer::new(limit_answer);
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
+}
+
+fn limit_answer(
+    answer: hyper::Response<Box<kube::client::DynBody>>,
+) -> hyper::Response<http_body_util::Limited<Box<kube::client::DynBody>>> {
+    answer.map(|body| http_body_util::Limited::new(body, MAX_ANSWER_BYTES))
 }
 
 /// Bounds, parses and checks a kubeconfig against `policy`.
@@ -1035,6 +1056,58 @@ current-context: eu-west-1
             Ok(_) => panic!("a client was built"),
             Err(error) => error,
         }
+    }
+
+    /// Serves one ConfigMap per connection on loopback: `small`, or `huge` with a value
+    /// just over [`MAX_ANSWER_BYTES`] (valid JSON, so only the bound can refuse it).
+    async fn one_configmap_server() -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = vec![0_u8; 8192];
+                    let read = socket.read(&mut request).await.unwrap_or(0);
+                    let request = String::from_utf8_lossy(&request[..read]).into_owned();
+                    let (name, value) = if request.contains("/configmaps/huge") {
+                        ("huge", "x".repeat(MAX_ANSWER_BYTES + 1))
+                    } else {
+                        ("small", "1".to_owned())
+                    };
+                    let body = format!(
+                        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"app"}},"data":{{"k":"{value}"}}}}"#
+                    );
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(body.as_bytes()).await;
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_regions_answer_over_the_bound_is_refused() {
+        let address = one_configmap_server().await;
+        let config = Config::new(format!("http://{address}").parse().unwrap());
+        let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(bounded_client(config.clone()).unwrap(), "app");
+        let small = configmaps.get("small").await.unwrap();
+        assert_eq!(small.data.unwrap()["k"], "1");
+        let error = configmaps.get("huge").await.unwrap_err();
+        assert!(
+            format!("{error:?}").contains("LengthLimitError"),
+            "{error:?}"
+        );
+        // The same answer through a client without the bound is read in full.
+        let unbounded: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(Client::try_from(config).unwrap(), "app");
+        let huge = unbounded.get("huge").await.unwrap();
+        assert_eq!(huge.data.unwrap()["k"].len(), MAX_ANSWER_BYTES + 1);
     }
 
     fn unreachable_hub() -> Client {
