@@ -227,6 +227,149 @@ async fn load_figures(browser: &Session) -> Value {
     .await
 }
 
+/// Issue 29: text from tenants is inert wherever the dashboard shows it. Anyone who may
+/// create Events in the rollout's namespace can forge one that reads as the
+/// controller's, with escape sequences, a carriage return and a bidirectional override
+/// in it: the rollout's page and its event stream show it with each such character
+/// replaced, and a bare CR cannot end a line of the stream (browsers end an event-stream
+/// line at CR too).
+async fn forged_event_text_is_inert(
+    world: &World,
+    http: &reqwest::Client,
+    dashboard: &Dashboard,
+    cookie: &str,
+) {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kube::ResourceExt;
+    use kube::api::{Api, ObjectMeta};
+    // The platform lets alice read the namespace's Events, as it would for the timeline.
+    let roles: Api<Role> = Api::namespaced(world.hub.clone(), TEAM);
+    let reader = Role {
+        metadata: ObjectMeta {
+            name: Some("events-reader".into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["events".into()]),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..PolicyRule::default()
+        }]),
+    };
+    within(
+        "an events reader role",
+        roles.create(&PostParams::default(), &reader),
+    )
+    .await;
+    let bindings: Api<RoleBinding> = Api::namespaced(world.hub.clone(), TEAM);
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("events-reader-alice".into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "events-reader".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: User::ApproverAlice.name().into(),
+            ..Subject::default()
+        }]),
+    };
+    within(
+        "alice reads events",
+        bindings.create(&PostParams::default(), &binding),
+    )
+    .await;
+    let rollout = world.rollout(NAME).await;
+    // As the controller writes its own (events.k8s.io/v1), naming it as the reporter.
+    let forged = Event {
+        metadata: ObjectMeta {
+            name: Some("forged-all-clear".into()),
+            namespace: Some(TEAM.into()),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(ObjectReference {
+            api_version: Some("configrollout.dev/v1alpha1".into()),
+            kind: Some("ConfigRollout".into()),
+            name: Some(NAME.into()),
+            namespace: Some(TEAM.into()),
+            uid: rollout.uid(),
+            ..ObjectReference::default()
+        }),
+        action: Some("Reconcile".into()),
+        reason: Some("StagePassed".into()),
+        note: Some("canary \u{1b}[2J\rdata: ALL CLEAR \u{202e}exe.txt\u{85}".into()),
+        type_: Some("Normal".into()),
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        reporting_controller: Some("configrollout-controller".into()),
+        reporting_instance: Some("configrollout-controller".into()),
+        ..Event::default()
+    };
+    let events: Api<Event> = Api::namespaced(world.hub.clone(), TEAM);
+    within(
+        "forge an Event",
+        events.create(&PostParams::default(), &forged),
+    )
+    .await;
+    let unsafe_char = |text: &str| {
+        text.chars()
+            .find(|c| matches!(c, '\u{1b}' | '\r' | '\u{202e}' | '\u{85}'))
+    };
+    let page_url = format!("{}r/{TEAM}/{NAME}", dashboard.url);
+    let page = eventually("the page shows the forged Event", PROGRESS, || async {
+        let answer = within(
+            "the rollout page",
+            http.get(&page_url).header("Cookie", cookie).send(),
+        )
+        .await;
+        let body = within("read the page", answer.text()).await;
+        body.contains("ALL CLEAR").then_some(body)
+    })
+    .await;
+    assert_eq!(unsafe_char(&page), None, "raw in the page");
+
+    // The stream's answer runs for as long as it is read: not under `within`'s timeout.
+    let stream_client = reqwest::Client::builder().build().expect("client");
+    let mut stream = tokio::time::timeout(
+        CALL,
+        stream_client
+            .get(format!("{page_url}/stream"))
+            .header("Cookie", cookie)
+            .send(),
+    )
+    .await
+    .expect("the dashboard answers")
+    .expect("the stream opens");
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("ALL CLEAR") && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    assert!(
+        seen.contains("ALL CLEAR"),
+        "the stream shows the Event: {seen}"
+    );
+    assert_eq!(unsafe_char(&seen), None, "raw in the stream");
+    assert!(
+        !seen.lines().any(|line| line.starts_with("data: ALL CLEAR")),
+        "the forged text framed a stream line of its own"
+    );
+    within(
+        "remove the forged Event",
+        events.delete("forged-all-clear", &Default::default()),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_dashboard_in_a_real_browser() {
     let world = World::start(LabOptions::default()).await;
@@ -321,6 +464,7 @@ async fn the_dashboard_in_a_real_browser() {
 
     world.create_rollout(&rollout_yaml()).await;
     world.wait_phase(NAME, "AwaitingApproval", PROGRESS).await;
+    forged_event_text_is_inert(&world, &http, &alice, &cookie).await;
 
     // The viewer's rollout page: the canary passed its gate, prod waits for approval.
     let viewing = browser(&world, &driver, "viewer").await;
