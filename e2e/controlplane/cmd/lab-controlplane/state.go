@@ -69,16 +69,26 @@ func loadOrCreateState(dir string) (*state, error) {
 		}
 	}
 	// Keep earlier ports when they are still free, so that kubeconfigs and Region
-	// objects written before a restart stay valid.
+	// objects written before a restart stay valid. The three must differ: the kernel
+	// may hand back a port it just released, and two listeners of this process on one
+	// port fail the start every time, the state file keeping the collision.
+	chosen := map[int]bool{}
 	for _, port := range []*int{&s.SecurePort, &s.EtcdClientPort, &s.EtcdPeerPort} {
-		if *port != 0 && portFree(*port) {
+		if *port != 0 && !chosen[*port] && portFree(*port) {
+			chosen[*port] = true
 			continue
 		}
-		p, err := freePort()
-		if err != nil {
-			return nil, err
+		for {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			if !chosen[p] {
+				*port = p
+				chosen[p] = true
+				break
+			}
 		}
-		*port = p
 	}
 	if err := writeTokenFile(dir, s); err != nil {
 		return nil, err
