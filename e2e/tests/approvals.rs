@@ -134,6 +134,29 @@ async fn approve(world: &World, user: User, rollout: &ConfigRollout, stage: &str
         .unwrap_or_else(|e| panic!("{} approves {name}: {e}", user.name()));
 }
 
+/// Waits until `name` awaits an approval of `revision`; returns the rollout and the
+/// revision's record in its history.
+async fn awaiting_approval_of(
+    world: &World,
+    name: &str,
+    revision: &str,
+) -> (ConfigRollout, configrollout::api::RevisionRecord) {
+    let waiting = eventually(&format!("{revision} awaits approval"), PROGRESS, || async {
+        let rollout = world.rollout(name).await;
+        (revision_of(&rollout) == Some(revision)
+            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
+        .then_some(rollout)
+    })
+    .await;
+    let record = waiting
+        .status
+        .as_ref()
+        .and_then(|status| status.history.iter().find(|record| record.name == revision))
+        .cloned()
+        .unwrap_or_else(|| panic!("{revision} in history"));
+    (waiting, record)
+}
+
 /// Who made the latest change the rollout's author stamp lists (`None` for nobody).
 async fn author_of(world: &World, name: &str) -> Option<String> {
     latest_author(world.rollout(name).await.annotations().get(SPEC_AUTHOR)?)
@@ -695,18 +718,7 @@ async fn both_editors_of_a_fixed_change_are_its_authors(world: &World) {
             .patch(name, &PatchParams::default(), &Patch::Merge(&fixed)),
     )
     .await;
-    let waiting = eventually("r2 awaits approval", PROGRESS, || async {
-        let rollout = world.rollout(name).await;
-        (revision_of(&rollout) == Some("r2")
-            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
-        .then_some(rollout)
-    })
-    .await;
-    let r2 = waiting
-        .status
-        .as_ref()
-        .and_then(|status| status.history.iter().find(|record| record.name == "r2"))
-        .expect("r2 in history");
+    let (waiting, r2) = awaiting_approval_of(world, name, "r2").await;
     assert_eq!(r2.authors, ["approver-alice", "admin"], "{r2:?}");
     assert_eq!(r2.authors_unknown, None);
 
@@ -807,18 +819,7 @@ async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World)
             .map(String::as_str),
         Some("1 admin\n2 approver-alice")
     );
-    let waiting = eventually("r2 awaits approval", PROGRESS, || async {
-        let rollout = world.rollout(name).await;
-        (revision_of(&rollout) == Some("r2")
-            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
-        .then_some(rollout)
-    })
-    .await;
-    let r2 = waiting
-        .status
-        .as_ref()
-        .and_then(|status| status.history.iter().find(|record| record.name == "r2"))
-        .expect("r2 in history");
+    let (waiting, r2) = awaiting_approval_of(world, name, "r2").await;
     // The rollout's own stamp lists no change since r1: only the source's editor.
     assert_eq!(r2.authors, ["approver-alice"], "{r2:?}");
 
@@ -1662,13 +1663,7 @@ async fn a_gitops_relay_stamps_the_person_it_relays(world: &World) {
     )
     .await;
     assert_eq!(author_of(world, name).await, None);
-    let r2 = eventually("r2 awaits approval", PROGRESS, || async {
-        let rollout = world.rollout(name).await;
-        (revision_of(&rollout) == Some("r2")
-            && phase_of(&rollout).as_deref() == Some("AwaitingApproval"))
-        .then_some(rollout)
-    })
-    .await;
+    let (r2, _) = awaiting_approval_of(world, name, "r2").await;
     approve(world, User::ApproverBob, &r2, "prod", "relayed-r2-by-bob").await;
     let refused = eventually("bob's approval is not counted", PROGRESS, || async {
         let c = condition(&world.rollout(name).await, "AwaitingApproval")?;
