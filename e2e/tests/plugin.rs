@@ -1331,4 +1331,45 @@ async fn the_plugin_on_the_lab() {
         an_unsigned_state_is_refused_unless_the_upgrade_aid_signs_it(&world, controller).await;
     rotating_the_key_reruns_nothing(&world).await;
     controller.stop();
+    text_in_status_prints_inert(&world).await;
+}
+
+/// Issue 29: whatever puts a control character or a bidirectional override into a
+/// rollout's status (a tenant's text echoed in a message, a region's error), `list`,
+/// `get` and their `-w` forms print it replaced, never raw: an ESC sequence cannot clear
+/// the screen of everyone who lists rollouts, nor a CR overwrite a line. Written here
+/// by the admin with the controller stopped, so that it stays as written.
+async fn text_in_status_prints_inert(world: &World) {
+    let hostile = "gate errors: \u{1b}[2J\u{1b}[H\rALL CLEAR \u{202e}exe.txt\u{9b}31m";
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = serde_json::json!({"status": {"phase": "Halted", "conditions": [{
+        "type": "Halted",
+        "status": "True",
+        "reason": "GateFailed",
+        "message": hostile,
+        "lastTransitionTime": now,
+    }]}});
+    let get = Watching::start(world, &["get", "plugged", "-w"]);
+    let list = Watching::start(world, &["list", "-w"]);
+    within(
+        "write hostile text into a status",
+        world
+            .rollouts()
+            .patch_status("plugged", &PatchParams::default(), &Patch::Merge(&status)),
+    )
+    .await;
+    get.wait_for("ALL CLEAR").await;
+    let raw = |text: &str| {
+        text.chars()
+            .find(|c| matches!(c, '\u{1b}' | '\r' | '\u{202e}' | '\u{9b}'))
+    };
+    let (_, once, _) = text(&plugin(world, User::Viewer, &["get", "plugged"], CALL).await);
+    assert!(once.contains("ALL CLEAR"), "{once}");
+    assert_eq!(raw(&once), None, "get printed it raw");
+    let (_, listed, _) = text(&plugin(world, User::Viewer, &["list"], CALL).await);
+    assert!(listed.contains("ALL CLEAR"), "{listed}");
+    assert_eq!(raw(&listed), None, "list printed it raw");
+    for (what, watched) in [("get -w", get.stop().await), ("list -w", list.stop().await)] {
+        assert_eq!(raw(&watched), None, "{what} printed it raw");
+    }
 }
