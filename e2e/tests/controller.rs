@@ -1221,6 +1221,13 @@ spec:
         region3.last_error.is_some() || region3.reachable == Some(false),
         "region-3 reported unreachable: {region3:?}"
     );
+    // Issue 29: once the probe has found it unreachable, reconciles do not wait on it.
+    assert!(
+        region3.last_error.as_deref().is_some_and(
+            |error| error.starts_with("not read: the last region probe could not reach it")
+        ),
+        "region-3 not read while the probe finds it unreachable: {region3:?}"
+    );
     assert_eq!(
         world.target_data("region-1", "partition-halt").await,
         Some(data(&[("k", "v")])),
