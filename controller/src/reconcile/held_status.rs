@@ -75,16 +75,18 @@ impl HeldStatuses {
     ) -> Option<Duration> {
         let uid = rollout.uid()?;
         let version = rollout.resource_version()?;
+        // The cheap question first, and without the statuses under the lock every
+        // reconcile shares: most reconciles come long after this replica's last write.
+        let written_at = self.entries.lock().ok()?.get(&uid)?.written_at?;
+        let due = written_at.checked_add(HOLD_SAMPLES_FOR)?;
+        let wait = due
+            .checked_duration_since(now)
+            .filter(|wait| !wait.is_zero())?;
         if is_transition(stored, computed) || is_unchanged(stored, computed) {
             return None;
         }
         let mut entries = self.entries.lock().ok()?;
         let entry = entries.get_mut(&uid)?;
-        let written_at = entry.written_at?;
-        let due = written_at.checked_add(HOLD_SAMPLES_FOR)?;
-        let wait = due
-            .checked_duration_since(now)
-            .filter(|wait| !wait.is_zero())?;
         entry.held = Some((version, computed.clone()));
         Some(wait)
     }
