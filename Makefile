@@ -23,10 +23,11 @@ unit:
 # (release build). SOAK_CASES=N changes the count.
 SOAK_CASES ?= 100000
 soak:
+	PROPTEST_CASES=$(SOAK_CASES) $(CARGO) test --locked --release -p configrollout-core \
+		--test engine_properties --test hostile_specs --test ownership_properties \
+		--test approval_properties --test tenancy_properties
 	PROPTEST_CASES=$(SOAK_CASES) $(CARGO) test --locked --release -p configrollout \
-		--test crdt_properties --test engine_properties --test hostile_specs \
-		--test rollout_sequences --test ownership_properties --test approval_properties \
-		--test tenancy_properties --test convergence_properties
+		--test crdt_properties --test rollout_sequences --test convergence_properties
 
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:

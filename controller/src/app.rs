@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim, conditions};
 use crate::crdt::{DigestKey, Hlc, LaggingClock, WriterId};
-use crate::gates::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::leader::{
     LeaderElector, LeaderError, LeaderState, LeaseConfig, MAX_SHARDS, ShardElector, Shards,
     default_identity,
 };
+use crate::prometheus::{PrometheusProvider, ResponseLimits};
 use crate::reconcile::events::EventPublisher;
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{
@@ -44,8 +44,7 @@ use crate::telemetry::metrics::{Census, Metrics, RegionState};
 use crate::telemetry::panics;
 use digest_keys::DigestKeys;
 
-/// Name the controller reports events and writes as.
-pub const CONTROLLER_NAME: &str = "configrollout-controller";
+pub use crate::api::CONTROLLER_NAME;
 /// How often Region reachability is probed.
 const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
 
@@ -521,7 +520,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
 
     // Bounded in time, and following no redirect: a gate's answer comes from the
     // Prometheus the Region names or from none.
-    let http = crate::gates::prometheus::http_client(None)
+    let http = crate::prometheus::http_client(None)
         .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
     let ctx = Arc::new(Context {
         hub: hub.clone(),

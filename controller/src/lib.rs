@@ -5,19 +5,14 @@
 //! module map, the steps of one reconcile and the rule for which module may call the
 //! network are in `controller/README.md`.
 
-#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
-pub mod api;
-pub mod api_call;
 pub mod app;
-pub mod cli;
-#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
-pub mod crdt;
-#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
-pub mod engine;
-#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
-pub mod gates;
 pub mod leader;
+pub mod prometheus;
 pub mod reconcile;
-pub mod regions;
 pub mod shutdown;
 pub mod telemetry;
+
+// The layers below, under the names every module here has always used them by.
+pub use configrollout_api as api;
+pub use configrollout_clusters::{api_call, regions};
+pub use configrollout_core::{crdt, engine, gates};

@@ -19,6 +19,7 @@
 //! rollout has published to every region: every region holds exactly both rollouts' keys
 //! (a key a person overrode in a region is theirs there, and not compared).
 
+#[path = "../../core/tests/support/mod.rs"]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -20,6 +20,7 @@
 //!
 //! `make soak` runs it at 100,000 cases; `make test` at the default below.
 
+#[path = "../../core/tests/support/mod.rs"]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

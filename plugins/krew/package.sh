@@ -20,7 +20,7 @@ if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
 fi
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' controller/Cargo.toml | head -n 1)
-cargo build --release --locked -p configrollout --bin kubectl-configrollout
+cargo build --release --locked -p kubectl-configrollout --bin kubectl-configrollout
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 
 out="$target_dir/krew"

@@ -1,11 +1,10 @@
 //! Why a reconcile could not finish: the step that failed ([`ReconcileError`]) around
-//! what went wrong in it ([`HubError`]). Messages carry object names and HTTP reasons,
+//! what went wrong in it ([`HubError`], shared with the plugin). Messages carry object names and HTTP reasons,
 //! never configuration values.
 
 use std::time::Duration;
 
-use crate::api_call::CallError;
-use crate::telemetry::metrics::ErrorCategory;
+pub use configrollout_clusters::hub::{ErrorCategory, HubError};
 
 /// How long to wait before retrying a reconcile that failed on an API call.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
@@ -120,91 +119,6 @@ impl ReconcileError {
             ErrorCategory::Api | ErrorCategory::NotLeader | ErrorCategory::Panic => ERROR_REQUEUE,
             ErrorCategory::Invalid => INVALID_REQUEUE,
         }
-    }
-}
-
-/// What went wrong talking to the hub or handling what it holds.
-#[derive(Debug, thiserror::Error)]
-pub enum HubError {
-    /// A call to the hub's API server failed.
-    #[error(transparent)]
-    Call(#[from] CallError),
-    /// A stored revision does not decode.
-    #[error("stored revision {object} is malformed: {reason}")]
-    MalformedRevision {
-        /// ControllerRevision name.
-        object: String,
-        /// What is wrong (no values).
-        reason: String,
-    },
-    /// A revision's state does not fit in one object.
-    #[error("revision {revision} does not fit in a ControllerRevision: {reason}")]
-    RevisionTooLarge {
-        /// Revision name.
-        revision: String,
-        /// The encoder's error.
-        reason: String,
-    },
-    /// Something could not be serialised.
-    #[error("encoding {what}: {reason}")]
-    Encoding {
-        /// What.
-        what: &'static str,
-        /// The serializer's error.
-        reason: String,
-    },
-    /// A derived object name exceeds the API server's limit.
-    #[error("object name {name:?} is longer than 253 characters")]
-    NameTooLong {
-        /// The name.
-        name: String,
-    },
-    /// This replica does not hold the Lease: it must not write.
-    #[error("not the leader: not written")]
-    NotLeader,
-    /// The controller's caches of the hub have not had their first list.
-    #[error("the caches of Regions, StageApprovals and Namespaces are not filled yet")]
-    CacheNotReady,
-    /// An action names a revision that is not stored.
-    #[error("revision {revision} is not stored in the hub")]
-    MissingRevision {
-        /// Revision name.
-        revision: String,
-    },
-    /// A claim object kept changing under this rollout's writes.
-    #[error("the claim {claim} changed under every write; retried")]
-    TooManyClaimConflicts {
-        /// TargetClaim name.
-        claim: String,
-    },
-    /// The rollout's namespace or name cannot form a writer id.
-    #[error("rollout cannot form a writer id: {reason}")]
-    Writer {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl HubError {
-    /// The metric label, and the retry policy.
-    pub fn category(&self) -> ErrorCategory {
-        match self {
-            HubError::Call(_)
-            | HubError::CacheNotReady
-            | HubError::TooManyClaimConflicts { .. } => ErrorCategory::Api,
-            HubError::NotLeader => ErrorCategory::NotLeader,
-            HubError::MalformedRevision { .. }
-            | HubError::RevisionTooLarge { .. }
-            | HubError::Encoding { .. }
-            | HubError::NameTooLong { .. }
-            | HubError::MissingRevision { .. }
-            | HubError::Writer { .. } => ErrorCategory::Invalid,
-        }
-    }
-
-    /// Whether the hub refused a write because the object changed since it was read.
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, HubError::Call(error) if error.is_conflict())
     }
 }
 

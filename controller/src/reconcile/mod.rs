@@ -3,10 +3,10 @@
 //! are in [`crate::regions`]; every decision is the engine's.
 
 pub mod act;
+pub use configrollout_clusters::hub::{digest_keys, revision_cache, revision_store};
 pub mod admission_policies;
 mod claims;
 mod collect;
-pub mod digest_keys;
 mod error;
 pub mod events;
 pub mod fair_share;
@@ -19,8 +19,6 @@ pub mod hub_cache;
 pub mod observe;
 mod region_read;
 pub mod region_status;
-mod revision_cache;
-pub mod revision_store;
 pub mod status_writer;
 mod superseded;
 pub mod triggers;
@@ -68,8 +66,7 @@ const MAX_ROUNDS: u32 = 4;
 /// their slots for up to its connect or call timeout, and the others wait.
 pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
-/// How long one hub API call may take.
-pub const HUB_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub use configrollout_clusters::hub::{HUB_CALL_TIMEOUT, api_call};
 /// How far ahead of the controller's clock a stamp may be before it is refused by the
 /// clock, and reported when a region holds one.
 pub const MAX_CLOCK_DRIFT: Duration = Duration::from_secs(60);
@@ -573,14 +570,6 @@ async fn prune(
         .store
         .prune(rollout, &fetched.revisions, |name| keep.contains(name))
         .await
-}
-
-/// Runs one hub API call with [`HUB_CALL_TIMEOUT`].
-pub(crate) async fn api_call<T>(
-    operation: &'static str,
-    request: impl Future<Output = kube::Result<T>>,
-) -> Result<T, HubError> {
-    Ok(crate::api_call::timed(operation, HUB_CALL_TIMEOUT, request).await?)
 }
 
 #[cfg(test)]

@@ -273,7 +273,7 @@ async fn sample_gates(
     }
     let targets = &targets;
     // A few at a time: one rollout's samples do not take every query slot of the
-    // controller (`gates::prometheus::MAX_QUERIES_IN_FLIGHT`) from the others.
+    // controller (`prometheus::MAX_QUERIES_IN_FLIGHT`) from the others.
     let slots = &tokio::sync::Semaphore::new(GATE_QUERIES_PER_RECONCILE);
     futures::future::join_all(due.iter().map(|request| async move {
         // Never closed; were it, the sample runs unqueued.

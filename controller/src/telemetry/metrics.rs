@@ -138,19 +138,7 @@ impl From<Option<bool>> for RegionState {
     }
 }
 
-/// What kind of failure ended a reconcile, which also decides when it is retried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorCategory {
-    /// An API call failed or timed out: retried soon.
-    Api,
-    /// Something stored is malformed or cannot be stored: retried late, or when the
-    /// rollout changes.
-    Invalid,
-    /// This replica stopped holding the Lease mid-reconcile.
-    NotLeader,
-    /// The reconcile panicked (a bug): the rollout is retried with backoff.
-    Panic,
-}
+pub use configrollout_clusters::hub::ErrorCategory;
 
 impl LabelValue for ErrorCategory {
     const LABEL: &'static str = "category";

@@ -340,8 +340,8 @@ async fn restored_at(region: Client, name: String) -> BenchResult<std::time::Sys
 async fn sampling_latency(lab: &Lab, n: usize) -> BenchResult<Vec<Duration>> {
     use configrollout::gates::GateProvider;
     use configrollout::gates::SampleSource;
-    use configrollout::gates::prometheus::{PrometheusProvider, ResponseLimits};
-    let http = configrollout::gates::prometheus::http_client(None).map_err(|e| e.to_string())?;
+    use configrollout::prometheus::{PrometheusProvider, ResponseLimits};
+    let http = configrollout::prometheus::http_client(None).map_err(|e| e.to_string())?;
     let provider =
         PrometheusProvider::new(http, Some(lab.prometheus_url()), ResponseLimits::default());
     let query = ERROR_RATIO.replace("{{region}}", "region-1");

@@ -1,0 +1,471 @@
+//! Gate windows: once every region of a stage is done, each of its gates is sampled every
+//! `interval`, from when its window opens. A gate whose query uses `{{region}}` has one
+//! window per region, otherwise one for the stage.
+//!
+//! Gates judge fresh data only. A window opens when the stage was verified (every region
+//! Activated, or Materialized where no consumers are declared) plus the gate's
+//! `initialDelay`; where being done does not show that a region's consumers loaded the
+//! revision (no consumers declared, or a `Reload` consumer without an `activationQuery`:
+//! its ready instances are counted, not those that reread the file), it opens no earlier
+//! than the controller's settle time after the verification (the longer of the two, not
+//! their sum). The opening is kept in the window's status (`opensAt`), so a controller
+//! restarted with another settle time keeps it. A sample counts only when it was taken on
+//! schedule and the backend evaluated it no earlier than it was due (the window's opening
+//! for the first): an answer evaluated before (a cached answer, a lagging store) is a
+//! query error that says so, never a verdict on the revision.
+//!
+//! A window passes with `count` successful samples; it fails (closed) with more than
+//! `failureLimit` failed or more than `inconclusiveLimit` inconclusive samples, or with
+//! `consecutiveErrorLimit` query errors in a row (errors are not inconclusive samples: a
+//! sample the backend answered resets their count). Failure is
+//! checked first, so no window passes on a sample that also exceeds a limit. Only
+//! samples on the schedule count: one taken before the window opened, or less than
+//! `interval` after the previous counted one, is ignored, so a repeated sample never
+//! counts twice. The status keeps the last [`MAX_SAMPLES_PER_GATE`] samples of a running
+//! or failed window, and only the deciding sample of a passed one.
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::gates::{
+    Condition, QueryResult, TemplateValues, Verdict, evaluate, render, uses_placeholder,
+};
+use configrollout_api::{
+    ConfigRolloutSpec, ConfigRolloutStatus, Delivery, Gate, GateSample, GateStatus, GateVerdict,
+    RolloutPhase, SampleVerdict, StageState,
+};
+
+use super::clock::{after, from_time, spec_duration, to_time};
+use super::observations::GateSampleObservation;
+use super::{Draft, MAX_SAMPLES_PER_GATE, SampleTally};
+
+/// The settle time of a controller that names none (`--gate-settle-time`), and of a
+/// window opened by a controller that did not record its opening. One minute: the
+/// kubelet's default sync period, within which a mounted ConfigMap is refreshed, and two
+/// scrapes at the 30 s interval of the shipped ServiceMonitor.
+pub const DEFAULT_GATE_SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a region being done shows that its consumers loaded the revision: consumers
+/// are declared, and each either reports the revision (`activationQuery`) or was
+/// restarted onto it (`Restart`: its new instances read the ConfigMap when they start).
+pub fn done_shows_consumers_loaded(spec: &ConfigRolloutSpec) -> bool {
+    !spec.consumers.is_empty()
+        && spec.consumers.iter().all(|consumer| {
+            consumer.activation_query.is_some() || consumer.delivery == Delivery::Restart
+        })
+}
+
+/// A sample the reconcile should take now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateSampleRequest {
+    /// Gate name.
+    pub gate: String,
+    /// Stage name.
+    pub stage: String,
+    /// Revision name.
+    pub revision: String,
+    /// Region for per-region gates; `None` for a stage-wide gate (default backend).
+    pub region: Option<String>,
+    /// The query with placeholders substituted and escaped.
+    pub query: String,
+}
+
+/// The combined verdict of a stage's gates.
+pub(super) enum StageGates {
+    /// Every window passed.
+    Passed,
+    /// Still sampling.
+    Running,
+    /// A window failed; the message names the gate, region and last sample.
+    Failed(String),
+}
+
+/// The samples due at `now`, for the reconcile to take before calling `decide`.
+pub fn gates_due(
+    spec: &ConfigRolloutSpec,
+    status: &ConfigRolloutStatus,
+    now: DateTime<Utc>,
+) -> Vec<GateSampleRequest> {
+    let mut due = Vec::new();
+    if spec.paused || status.phase != Some(RolloutPhase::Progressing) {
+        return due;
+    }
+    let Some(revision) = status.revision.as_deref() else {
+        return due;
+    };
+    let legacy_settle = settle_time(spec, DEFAULT_GATE_SETTLE_TIME);
+    for stage in &status.stages {
+        if stage.state != StageState::Verifying {
+            continue;
+        }
+        let Some(verified_at) = stage.verified_at.as_ref().map(from_time) else {
+            continue;
+        };
+        for window in &stage.gates {
+            if window.verdict != Some(GateVerdict::Running) {
+                continue;
+            }
+            let Some(gate) = spec.gates.iter().find(|gate| gate.name == window.name) else {
+                continue;
+            };
+            if Schedule::of(gate, window, verified_at, legacy_settle).next_sample_at(window) > now {
+                continue;
+            }
+            let values = TemplateValues {
+                region: window.region.as_deref().unwrap_or_default(),
+                revision,
+                stage: &stage.name,
+            };
+            if let Ok(query) = render(&gate.query, &values) {
+                due.push(GateSampleRequest {
+                    gate: gate.name.clone(),
+                    stage: stage.name.clone(),
+                    revision: revision.to_owned(),
+                    region: window.region.clone(),
+                    query,
+                });
+            }
+        }
+    }
+    due
+}
+
+/// When a gate's window opens and how often it samples.
+struct Schedule {
+    opens: DateTime<Utc>,
+    interval: TimeDelta,
+}
+
+impl Schedule {
+    /// The schedule of `window`, opened when its stage was verified at `verified_at`. A
+    /// window opened by a controller that did not record openings opens as if this one
+    /// had opened it with the default settle time (`legacy_settle`, zero where consumers
+    /// show they loaded the revision).
+    fn of(
+        gate: &Gate,
+        window: &GateStatus,
+        verified_at: DateTime<Utc>,
+        legacy_settle: std::time::Duration,
+    ) -> Self {
+        Schedule {
+            opens: window
+                .opens_at
+                .as_ref()
+                .map_or_else(|| opening(gate, verified_at, legacy_settle), from_time),
+            interval: spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1)),
+        }
+    }
+
+    /// When the window's next sample is due.
+    fn next_sample_at(&self, window: &GateStatus) -> DateTime<Utc> {
+        match window.samples.last() {
+            Some(last) => after(from_time(&last.at), self.interval).max(self.opens),
+            None => self.opens,
+        }
+    }
+}
+
+/// The settle time windows of `spec` wait: `configured`, or none where consumers show
+/// they loaded the revision.
+fn settle_time(spec: &ConfigRolloutSpec, configured: std::time::Duration) -> std::time::Duration {
+    if done_shows_consumers_loaded(spec) {
+        std::time::Duration::ZERO
+    } else {
+        configured
+    }
+}
+
+/// When a window of `gate` opens for a stage verified at `verified_at`: `initialDelay`
+/// later, or `settle` later if that is longer.
+fn opening(gate: &Gate, verified_at: DateTime<Utc>, settle: std::time::Duration) -> DateTime<Utc> {
+    let delay = gate
+        .initial_delay
+        .as_deref()
+        .and_then(spec_duration)
+        .unwrap_or_default();
+    let settle = TimeDelta::from_std(settle).unwrap_or(TimeDelta::MAX);
+    after(verified_at, delay.max(settle))
+}
+
+/// One window per gate (and per region for gates that use `{{region}}`), opening as the
+/// module says.
+pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
+    let stage = &draft.spec.stages[index];
+    let regions = &draft.plan.stages[index];
+    let verified_at = draft.status.stages[index]
+        .verified_at
+        .as_ref()
+        .map_or(draft.now, from_time);
+    let settle = settle_time(draft.spec, draft.obs.gate_settle_time);
+    let mut windows = Vec::new();
+    for gate in stage
+        .gates
+        .iter()
+        .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
+    {
+        let opens_at = Some(to_time(opening(gate, verified_at, settle)));
+        let running = |region: Option<String>| GateStatus {
+            name: gate.name.clone(),
+            region,
+            verdict: Some(GateVerdict::Running),
+            opens_at: opens_at.clone(),
+            ..GateStatus::default()
+        };
+        if uses_placeholder(&gate.query, "region") {
+            windows.extend(
+                regions
+                    .iter()
+                    .map(|region| running(Some((*region).to_owned()))),
+            );
+        } else {
+            windows.push(running(None));
+        }
+    }
+    draft.status.stages[index].gates = windows;
+}
+
+/// Counts the new samples of the stage's windows and judges them.
+pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
+    let Some(revision) = draft.revision().map(str::to_owned) else {
+        return StageGates::Running;
+    };
+    let stage_name = draft.spec.stages[index].name.clone();
+    let Some(verified_at) = draft.status.stages[index]
+        .verified_at
+        .as_ref()
+        .map(from_time)
+    else {
+        return StageGates::Running;
+    };
+    let mut failure = None;
+    let mut all_passed = true;
+    let mut next_due: Option<DateTime<Utc>> = None;
+    let legacy_settle = settle_time(draft.spec, DEFAULT_GATE_SETTLE_TIME);
+    // Parse each gate once per decision, not once per window and sample.
+    let compiled: Vec<(&Gate, Option<Condition>)> = draft.spec.stages[index]
+        .gates
+        .iter()
+        .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
+        .map(|gate| (gate, Condition::parse(&gate.condition).ok()))
+        .collect();
+    // This stage's samples of this revision, grouped by (gate, region) in time order, so
+    // that each window finds its own with a binary search instead of a scan.
+    let mut samples: Vec<&GateSampleObservation> = draft
+        .obs
+        .gate_samples
+        .iter()
+        .filter(|sample| sample.stage == stage_name && sample.revision == revision)
+        .collect();
+    samples.sort_by(|a, b| {
+        (a.gate.as_str(), a.region.as_deref(), a.at).cmp(&(
+            b.gate.as_str(),
+            b.region.as_deref(),
+            b.at,
+        ))
+    });
+    for window in &mut draft.status.stages[index].gates {
+        let Some((gate, condition)) = compiled.iter().find(|(gate, _)| gate.name == window.name)
+        else {
+            continue;
+        };
+        let schedule = &Schedule::of(gate, window, verified_at, legacy_settle);
+        if window.verdict == Some(GateVerdict::Running)
+            && let Some(condition) = condition
+        {
+            let own = {
+                let key = (window.name.as_str(), window.region.as_deref());
+                let of_window = |sample: &&GateSampleObservation| {
+                    (sample.gate.as_str(), sample.region.as_deref()).cmp(&key)
+                };
+                let first = samples.partition_point(|sample| of_window(sample).is_lt());
+                let last = samples.partition_point(|sample| of_window(sample).is_le());
+                samples.get(first..last).unwrap_or_default()
+            };
+            record_samples(
+                own.iter().copied(),
+                gate,
+                condition,
+                schedule,
+                window,
+                &mut draft.samples_judged,
+            );
+            window.verdict = Some(verdict_of(gate, window));
+            if window.verdict == Some(GateVerdict::Passed) {
+                // A passed window keeps its counts and the sample that passed it; the
+                // rest would only grow the object (stages x regions x gates x samples).
+                let excess = window.samples.len().saturating_sub(1);
+                window.samples.drain(..excess);
+            }
+        }
+        match window.verdict {
+            Some(GateVerdict::Passed) => {}
+            Some(GateVerdict::Failed) => {
+                all_passed = false;
+                failure.get_or_insert_with(|| failure_message(gate, window, &stage_name));
+            }
+            _ => {
+                all_passed = false;
+                let due = schedule.next_sample_at(window);
+                next_due = Some(next_due.map_or(due, |current| current.min(due)));
+            }
+        }
+    }
+    if let Some(message) = failure {
+        return StageGates::Failed(message);
+    }
+    if all_passed {
+        return StageGates::Passed;
+    }
+    if let Some(due) = next_due {
+        draft.wake_at(due.max(draft.now));
+    }
+    StageGates::Running
+}
+
+/// The window's verdict from its counts: failure limits first, so it fails closed.
+pub fn verdict_of(gate: &Gate, window: &GateStatus) -> GateVerdict {
+    if window.failures > gate.failure_limit
+        || window.inconclusives > gate.inconclusive_limit
+        || window.consecutive_errors >= gate.consecutive_error_limit.max(1)
+    {
+        GateVerdict::Failed
+    } else if window.successes >= gate.count.max(1) {
+        GateVerdict::Passed
+    } else {
+        GateVerdict::Running
+    }
+}
+
+/// Counts `samples` (this window's, in time order) that fall on the window's schedule and
+/// were evaluated no earlier than they were due.
+fn record_samples<'o>(
+    samples: impl Iterator<Item = &'o GateSampleObservation>,
+    gate: &Gate,
+    condition: &Condition,
+    schedule: &Schedule,
+    window: &mut GateStatus,
+    tally: &mut SampleTally,
+) {
+    for sample in samples {
+        let due = schedule.next_sample_at(window);
+        if sample.at < due {
+            continue;
+        }
+        let stale = sample.evaluated_at.filter(|evaluated| *evaluated < due);
+        let error = match (&sample.result, stale) {
+            (QueryResult::Error(why), _) => Some(format!("query error: {why}")),
+            (_, Some(evaluated)) => Some(format!(
+                "stale answer: evaluated at {}, before the sample was due at {} (window \
+                 opened {}); it says nothing of the revision",
+                evaluated.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                schedule
+                    .opens
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            )),
+            _ => None,
+        };
+        if let Some(message) = error {
+            window.consecutive_errors = window.consecutive_errors.saturating_add(1);
+            tally.errors = tally.errors.saturating_add(1);
+            window.samples.push(GateSample {
+                at: to_time(sample.at),
+                value: None,
+                verdict: SampleVerdict::Error,
+                message: Some(bounded(&message)),
+            });
+            let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
+            window.samples.drain(..excess);
+            if verdict_of(gate, window) != GateVerdict::Running {
+                break;
+            }
+            continue;
+        }
+        window.consecutive_errors = 0;
+        let evaluation = evaluate(condition, &sample.result);
+        let (verdict, message) = match evaluation.verdict {
+            Verdict::Successful => {
+                window.successes = window.successes.saturating_add(1);
+                tally.successful = tally.successful.saturating_add(1);
+                (SampleVerdict::Successful, None)
+            }
+            Verdict::Failed => {
+                window.failures = window.failures.saturating_add(1);
+                tally.failed = tally.failed.saturating_add(1);
+                (SampleVerdict::Failed, Some("condition not met".to_owned()))
+            }
+            Verdict::Inconclusive => {
+                window.inconclusives = window.inconclusives.saturating_add(1);
+                tally.inconclusive = tally.inconclusive.saturating_add(1);
+                let reason = match &sample.result {
+                    QueryResult::Partial(why) => bounded(why),
+                    _ => evaluation
+                        .reason
+                        .map_or("inconclusive", |reason| reason.as_str())
+                        .to_owned(),
+                };
+                (SampleVerdict::Inconclusive, Some(reason))
+            }
+        };
+        window.samples.push(GateSample {
+            at: to_time(sample.at),
+            value: evaluation.value.map(|value| value.to_string()),
+            verdict,
+            message,
+        });
+        let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
+        window.samples.drain(..excess);
+        if verdict_of(gate, window) != GateVerdict::Running {
+            break;
+        }
+    }
+}
+
+fn failure_message(gate: &Gate, window: &GateStatus, stage: &str) -> String {
+    let place = match &window.region {
+        Some(region) => format!("region {region} of stage {stage}"),
+        None => format!("stage {stage}"),
+    };
+    let counts = if window.failures > gate.failure_limit {
+        format!(
+            "{} failed samples, limit {}",
+            window.failures, gate.failure_limit
+        )
+    } else if window.consecutive_errors >= gate.consecutive_error_limit.max(1) {
+        format!(
+            "{} query errors in a row, limit {}",
+            window.consecutive_errors, gate.consecutive_error_limit
+        )
+    } else {
+        format!(
+            "{} inconclusive samples, limit {}",
+            window.inconclusives, gate.inconclusive_limit
+        )
+    };
+    let last = window
+        .samples
+        .last()
+        .map(|sample| {
+            format!(
+                "; last sample {:?} (value {}{})",
+                sample.verdict,
+                sample.value.as_deref().unwrap_or("none"),
+                sample
+                    .message
+                    .as_deref()
+                    .map(|message| format!(", {message}"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    format!("gate {} failed in {place}: {counts}{last}", gate.name)
+}
+
+/// Longest sample message kept in status.
+const MAX_SAMPLE_MESSAGE: usize = 256;
+
+fn bounded(message: &str) -> String {
+    match message.char_indices().nth(MAX_SAMPLE_MESSAGE) {
+        Some((cut, _)) => format!("{}…", &message[..cut]),
+        None => message.to_owned(),
+    }
+}

@@ -1,0 +1,315 @@
+//! What a rollout may reach: the grant a platform admin wrote on the rollout's own hub
+//! Namespace, and the check of a spec against it. Pure: the reconcile reads the
+//! Namespace's annotations; everything here only decides.
+//!
+//! The grant lives on the Namespace because a tenant who may create ConfigRollouts in a
+//! namespace may not edit that Namespace object (it is cluster-scoped), and because the
+//! admission policy (`policies/rollout-tenancy.yaml`) can read the same annotations
+//! through `namespaceObject`, so the apiserver and the controller enforce one rule.
+//!
+//! Without annotations a rollout may write only the namespace of its own name, in every
+//! region, and may not adopt a ConfigMap it did not create.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use configrollout_api::ConfigRolloutSpec;
+
+use super::validate::SpecError;
+
+/// Namespace annotation: further namespaces (comma-separated, or `*` for any) that
+/// rollouts of the namespace may target in the regions.
+pub const ALLOWED_TARGET_NAMESPACES: &str = "configrollout.dev/allowed-target-namespaces";
+/// Namespace annotation: the only regions (comma-separated Region names) that rollouts
+/// of the namespace may write. Absent: every region.
+pub const ALLOWED_REGIONS: &str = "configrollout.dev/allowed-regions";
+/// Namespace annotation: `"true"` lets rollouts of the namespace adopt a ConfigMap that
+/// exists in a region and is not managed by configrollout, when they set
+/// `spec.target.adopt`.
+pub const ALLOW_ADOPTION: &str = "configrollout.dev/allow-adoption";
+/// Most entries an allow-list annotation may hold, so a grant stays cheap to check.
+const MAX_GRANT_ENTRIES: usize = 256;
+
+/// The target namespaces a grant allows besides the rollout's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TargetNamespaces {
+    /// None: the rollout's own namespace only.
+    #[default]
+    OwnOnly,
+    /// These too.
+    Also(BTreeSet<String>),
+    /// Any namespace (`*`): a platform team's own namespace.
+    Any,
+}
+
+/// What rollouts of one hub namespace may reach. The default allows nothing at all (not
+/// even a namespace of its own): a reconcile that did not read the grant writes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// The rollouts' own namespace, always a permitted target.
+    pub namespace: String,
+    /// Further permitted target namespaces.
+    pub target_namespaces: TargetNamespaces,
+    /// The permitted regions; `None`: every region.
+    pub regions: Option<BTreeSet<String>>,
+    /// Whether rollouts may adopt unmanaged ConfigMaps (when they ask to).
+    pub adoption: bool,
+}
+
+impl Grant {
+    /// The default grant of `namespace`: its own name, every region, no adoption.
+    pub fn own_namespace(namespace: &str) -> Self {
+        Grant {
+            namespace: namespace.to_owned(),
+            ..Grant::default()
+        }
+    }
+
+    /// The grant the annotations of the hub Namespace `namespace` give. A malformed
+    /// annotation is an error naming it (and grants nothing more than the default).
+    pub fn from_annotations(
+        namespace: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, SpecError> {
+        let mut grant = Grant::own_namespace(namespace);
+        if let Some(text) = annotations.get(ALLOWED_TARGET_NAMESPACES) {
+            let names = list(ALLOWED_TARGET_NAMESPACES, text)?;
+            grant.target_namespaces = if names.contains("*") {
+                TargetNamespaces::Any
+            } else {
+                TargetNamespaces::Also(names)
+            };
+        }
+        if let Some(text) = annotations.get(ALLOWED_REGIONS) {
+            grant.regions = Some(list(ALLOWED_REGIONS, text)?);
+        }
+        if let Some(text) = annotations.get(ALLOW_ADOPTION) {
+            grant.adoption = match text.trim() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(annotation_error(
+                        ALLOW_ADOPTION,
+                        "must be \"true\" or \"false\"",
+                    ));
+                }
+            };
+        }
+        Ok(grant)
+    }
+
+    /// Whether rollouts under this grant may write `namespace` in a region.
+    pub fn allows_target_namespace(&self, namespace: &str) -> bool {
+        if namespace.is_empty() {
+            return false;
+        }
+        namespace == self.namespace
+            || match &self.target_namespaces {
+                TargetNamespaces::OwnOnly => false,
+                TargetNamespaces::Also(names) => names.contains(namespace),
+                TargetNamespaces::Any => true,
+            }
+    }
+
+    /// Whether rollouts under this grant may write in the region `name`.
+    pub fn allows_region(&self, name: &str) -> bool {
+        self.regions
+            .as_ref()
+            .is_none_or(|regions| regions.contains(name))
+    }
+
+    /// Whether `spec` may be written anywhere: its target namespace, every region a stage
+    /// names and adoption are within the grant. Stages that select regions by label
+    /// select only among the granted regions (see [`super::selection::plan`]).
+    pub fn check(&self, spec: &ConfigRolloutSpec) -> Vec<SpecError> {
+        let mut errors = Vec::new();
+        let target = &spec.target.namespace;
+        if !self.allows_target_namespace(target) {
+            errors.push(SpecError {
+                field: "spec.target.namespace".to_owned(),
+                message: format!(
+                    "namespace {target} is not granted to rollouts of namespace {}: a \
+                     platform admin grants it with the annotation {ALLOWED_TARGET_NAMESPACES} \
+                     on Namespace {}",
+                    self.namespace, self.namespace
+                ),
+            });
+        }
+        for (index, stage) in spec.stages.iter().enumerate() {
+            let outside: Vec<&str> = stage
+                .regions
+                .names
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !self.allows_region(name))
+                .collect();
+            if !outside.is_empty() {
+                errors.push(SpecError {
+                    field: format!("spec.stages[{index}].regions.names"),
+                    message: format!(
+                        "region(s) {} not granted to rollouts of namespace {} \
+                         (annotation {ALLOWED_REGIONS} on Namespace {})",
+                        outside.join(", "),
+                        self.namespace,
+                        self.namespace
+                    ),
+                });
+            }
+        }
+        if spec.target.adopt && !self.adoption {
+            errors.push(SpecError {
+                field: "spec.target.adopt".to_owned(),
+                message: format!(
+                    "adopting existing ConfigMaps is not granted to rollouts of namespace {} \
+                     (annotation {ALLOW_ADOPTION}: \"true\" on Namespace {})",
+                    self.namespace, self.namespace
+                ),
+            });
+        }
+        errors
+    }
+}
+
+fn list(annotation: &str, text: &str) -> Result<BTreeSet<String>, SpecError> {
+    let names: BTreeSet<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if names.len() > MAX_GRANT_ENTRIES {
+        return Err(annotation_error(
+            annotation,
+            &format!("lists more than {MAX_GRANT_ENTRIES} entries"),
+        ));
+    }
+    if let Some(bad) = names.iter().find(|name| !is_grant_entry(name)) {
+        return Err(annotation_error(
+            annotation,
+            &format!("{bad:?} is not a name (DNS-1123) or *"),
+        ));
+    }
+    Ok(names)
+}
+
+fn is_grant_entry(name: &str) -> bool {
+    name == "*"
+        || (name.len() <= 253
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && name
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && name
+                .bytes()
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric()))
+}
+
+fn annotation_error(annotation: &str, message: &str) -> SpecError {
+    SpecError {
+        field: format!("Namespace annotation {annotation}"),
+        message: message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(target_namespace: &str, regions: &[&str], adopt: bool) -> ConfigRolloutSpec {
+        serde_json::from_value(serde_json::json!({
+            "target": {"namespace": target_namespace, "name": "limits", "adopt": adopt},
+            "data": {"rate": "1"},
+            "stages": [{"name": "only", "regions": {"names": regions}}],
+        }))
+        .unwrap()
+    }
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn by_default_only_the_own_namespace_in_every_region() {
+        let grant = Grant::from_annotations("team-a", &BTreeMap::new()).unwrap();
+        assert!(
+            grant
+                .check(&spec("team-a", &["region-9"], false))
+                .is_empty()
+        );
+        let errors = grant.check(&spec("kube-system", &["region-1"], false));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.target.namespace");
+        assert!(errors[0].message.contains("kube-system"), "{}", errors[0]);
+        assert!(errors[0].message.contains(ALLOWED_TARGET_NAMESPACES));
+    }
+
+    #[test]
+    fn the_default_grant_value_allows_nothing() {
+        let grant = Grant::default();
+        assert!(!grant.allows_target_namespace(""));
+        assert!(!grant.allows_target_namespace("team-a"));
+    }
+
+    #[test]
+    fn annotations_widen_namespaces_and_narrow_regions() {
+        let grant = Grant::from_annotations(
+            "team-a",
+            &annotations(&[
+                (ALLOWED_TARGET_NAMESPACES, "app, shared-config"),
+                (ALLOWED_REGIONS, "region-1,region-2"),
+            ]),
+        )
+        .unwrap();
+        assert!(grant.check(&spec("app", &["region-1"], false)).is_empty());
+        assert!(grant.allows_target_namespace("team-a"));
+        assert!(!grant.allows_target_namespace("kube-system"));
+        let errors = grant.check(&spec("shared-config", &["region-1", "region-3"], false));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.stages[0].regions.names");
+        assert!(errors[0].message.contains("region-3"), "{}", errors[0]);
+        assert!(!errors[0].message.contains("region-1"), "{}", errors[0]);
+    }
+
+    #[test]
+    fn a_star_grants_every_namespace() {
+        let grant = Grant::from_annotations(
+            "platform",
+            &annotations(&[(ALLOWED_TARGET_NAMESPACES, "*")]),
+        )
+        .unwrap();
+        assert!(grant.allows_target_namespace("kube-system"));
+    }
+
+    #[test]
+    fn adoption_needs_the_grant_and_the_request() {
+        let plain = Grant::own_namespace("team-a");
+        let errors = plain.check(&spec("team-a", &["region-1"], true));
+        assert_eq!(errors[0].field, "spec.target.adopt");
+        let adopting =
+            Grant::from_annotations("team-a", &annotations(&[(ALLOW_ADOPTION, "true")])).unwrap();
+        assert!(
+            adopting
+                .check(&spec("team-a", &["region-1"], true))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_malformed_annotation_is_named() {
+        for (annotation, value) in [
+            (ALLOWED_TARGET_NAMESPACES, "app,Kube System"),
+            (ALLOWED_REGIONS, "-region"),
+            (ALLOW_ADOPTION, "yes"),
+        ] {
+            let error = Grant::from_annotations("team-a", &annotations(&[(annotation, value)]))
+                .unwrap_err();
+            assert!(error.field.contains(annotation), "{error}");
+        }
+    }
+}
