@@ -44,7 +44,7 @@ pub enum ApiError {
         /// CRD name, e.g. `configrollouts.configrollout.dev`.
         name: String,
         /// The serializer's error.
-        source: serde_yaml::Error,
+        source: serde_saphyr::SerializeError,
     },
     /// A CRD came out without a name (a bug in the derive configuration).
     #[error("a generated CRD has no metadata.name")]
@@ -89,7 +89,11 @@ pub fn crds_yaml() -> Result<Vec<(String, String)>, ApiError> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().ok_or(ApiError::UnnamedCrd)?;
-            let body = serde_yaml::to_string(&crd).map_err(|source| ApiError::CrdYaml {
+            // A long rule or message stays on one line (reviewers grep them), a multi-line
+            // description stays a literal block.
+            let mut options = serde_saphyr::SerializerOptions::default();
+            options.folded_wrap_chars = usize::MAX;
+            let body = serde_saphyr::to_string_with_options(&crd, options).map_err(|source| ApiError::CrdYaml {
                 name: name.clone(),
                 source,
             })?;

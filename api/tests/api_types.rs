@@ -25,7 +25,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn yaml_value(name: &str) -> Value {
-    serde_yaml::from_str(&fixture(name)).expect("fixture is YAML")
+    serde_saphyr::from_str(&fixture(name)).expect("fixture is YAML")
 }
 
 /// Every field of `subset` is in `superset` with the same value.
@@ -54,7 +54,7 @@ fn time(s: &str) -> Time {
 
 #[test]
 fn full_spec_reads_every_field_and_writes_it_back_unchanged() {
-    let rollout: ConfigRollout = serde_yaml::from_str(&fixture("rollout-full.yaml")).unwrap();
+    let rollout: ConfigRollout = serde_saphyr::from_str(&fixture("rollout-full.yaml")).unwrap();
     let spec = &rollout.spec;
     assert_eq!(spec.target.name, "checkout-flags.v2");
     assert_eq!(
@@ -95,7 +95,7 @@ fn full_spec_reads_every_field_and_writes_it_back_unchanged() {
 
 #[test]
 fn absent_fields_take_their_documented_defaults() {
-    let rollout: ConfigRollout = serde_yaml::from_str(&fixture("rollout-basic.yaml")).unwrap();
+    let rollout: ConfigRollout = serde_saphyr::from_str(&fixture("rollout-basic.yaml")).unwrap();
     let spec = &rollout.spec;
     assert_eq!(spec.data.as_ref().map(|d| d.len()), Some(2));
     assert!(spec.gates.is_empty());
@@ -130,7 +130,7 @@ fn absent_fields_take_their_documented_defaults() {
 fn absent_options_are_omitted_not_written_as_null() {
     // The controller patches status with server-side apply: a null would claim and clear
     // the field instead of leaving it alone.
-    let rollout: ConfigRollout = serde_yaml::from_str(&fixture("rollout-basic.yaml")).unwrap();
+    let rollout: ConfigRollout = serde_saphyr::from_str(&fixture("rollout-basic.yaml")).unwrap();
     let text = serde_json::to_string(&rollout).unwrap();
     assert!(!text.contains("null"), "{text}");
     let status = serde_json::to_string(&ConfigRolloutStatus::default()).unwrap();
@@ -139,7 +139,7 @@ fn absent_options_are_omitted_not_written_as_null() {
 
 #[test]
 fn other_kinds_read_their_examples() {
-    let region: Region = serde_yaml::from_str(&fixture("region.yaml")).unwrap();
+    let region: Region = serde_saphyr::from_str(&fixture("region.yaml")).unwrap();
     let secret = region.spec.kubeconfig_secret_ref.as_ref().unwrap();
     assert_eq!(
         (
@@ -154,7 +154,8 @@ fn other_kinds_read_their_examples() {
         yaml_value("region.yaml")
     );
 
-    let with_auth: Region = serde_yaml::from_str(&fixture("region-prometheus-auth.yaml")).unwrap();
+    let with_auth: Region =
+        serde_saphyr::from_str(&fixture("region-prometheus-auth.yaml")).unwrap();
     let auth = with_auth
         .spec
         .prometheus
@@ -176,7 +177,7 @@ fn other_kinds_read_their_examples() {
         yaml_value("region-prometheus-auth.yaml")
     );
 
-    let approval: StageApproval = serde_yaml::from_str(&fixture("stageapproval.yaml")).unwrap();
+    let approval: StageApproval = serde_saphyr::from_str(&fixture("stageapproval.yaml")).unwrap();
     assert_eq!(approval.spec.revision, "r3");
     assert_eq!(
         serde_json::to_value(&approval).unwrap(),
@@ -611,7 +612,7 @@ fn every_property_is_described() {
 fn spec_round_trips_through_the_yaml_crdgen_writes() {
     // The YAML printer must not mangle the CEL rules' quotes and backslashes.
     for (file, yaml) in api::crds_yaml().unwrap() {
-        let parsed: CustomResourceDefinition = serde_yaml::from_str(&yaml).unwrap();
+        let parsed: CustomResourceDefinition = serde_saphyr::from_str(&yaml).unwrap();
         let original = api::crds()
             .into_iter()
             .find(|c| file.starts_with(c.metadata.name.as_deref().unwrap_or("?")))

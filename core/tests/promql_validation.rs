@@ -23,7 +23,7 @@ consumers:
     activationQuery: '{activation_query}'
 "#
     );
-    serde_yaml::from_str(&yaml).expect("spec YAML")
+    serde_saphyr::from_str(&yaml).expect("spec YAML")
 }
 
 const ACTIVATION: &str =

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::{LabError, SYSTEM_NAMESPACE, repository_root};
 
@@ -158,13 +158,12 @@ pub fn monitoring_crds(out: &Path) -> Result<Vec<PathBuf>, LabError> {
 /// The non-empty YAML documents of `text`.
 pub fn documents(text: &str) -> Result<Vec<Value>, LabError> {
     let mut out = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = <Value as serde::Deserialize>::deserialize(document).map_err(|e| {
-            LabError::BadResponse {
-                context: "parse YAML documents".into(),
-                detail: e.to_string(),
-            }
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| LabError::BadResponse {
+            context: "parse YAML documents".into(),
+            detail: e.to_string(),
         })?;
+    for value in documents {
         if !value.is_null() {
             out.push(value);
         }
@@ -186,10 +185,10 @@ pub fn object_key(object: &Value) -> String {
 /// Removes [`HELM_ONLY_LABELS`] from an object's metadata (and the labels map when
 /// nothing else is left in it).
 pub fn strip_helm_labels(object: &mut Value) {
-    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_mapping_mut) else {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    let empty = match metadata.get_mut("labels").and_then(Value::as_mapping_mut) {
+    let empty = match metadata.get_mut("labels").and_then(Value::as_object_mut) {
         Some(labels) => {
             for label in HELM_ONLY_LABELS {
                 labels.remove(label);
@@ -210,14 +209,14 @@ pub fn kustomize_objects() -> Result<BTreeMap<String, Value>, LabError> {
     let path = deploy.join("kustomization.yaml");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| LabError::io(format!("read {}", path.display()), e))?;
-    let kustomization: Value = serde_yaml::from_str(&text).map_err(|e| LabError::Manifest {
+    let kustomization: Value = serde_saphyr::from_str(&text).map_err(|e| LabError::Manifest {
         path: path.clone(),
         detail: e.to_string(),
     })?;
     let known: BTreeSet<&str> = ["apiVersion", "kind", "resources"].into();
-    if let Some(fields) = kustomization.as_mapping() {
+    if let Some(fields) = kustomization.as_object() {
         for key in fields.keys() {
-            let key = key.as_str().unwrap_or_default();
+            let key = key.as_str();
             if !known.contains(key) {
                 return Err(LabError::Manifest {
                     path,
@@ -227,11 +226,7 @@ pub fn kustomize_objects() -> Result<BTreeMap<String, Value>, LabError> {
         }
     }
     let mut objects = BTreeMap::new();
-    for resource in kustomization["resources"]
-        .as_sequence()
-        .into_iter()
-        .flatten()
-    {
+    for resource in kustomization["resources"].as_array().into_iter().flatten() {
         let file = deploy.join(resource.as_str().unwrap_or_default());
         let text = std::fs::read_to_string(&file)
             .map_err(|e| LabError::io(format!("read {}", file.display()), e))?;
@@ -270,16 +265,24 @@ pub fn one_of_kind(rendered: &str, kind: &str) -> Result<Value, LabError> {
 /// PrometheusRule enabled.
 pub fn rule_file(rendered: &str) -> Result<String, LabError> {
     let rule = one_of_kind(rendered, "PrometheusRule")?;
-    let mut file = serde_yaml::Mapping::new();
+    let mut file = serde_json::Map::new();
     file.insert("groups".into(), rule["spec"]["groups"].clone());
-    serde_yaml::to_string(&Value::Mapping(file)).map_err(|e| LabError::BadResponse {
+    to_yaml_text(&Value::Object(file)).map_err(|e| LabError::BadResponse {
         context: "write rule file".into(),
         detail: e.to_string(),
     })
 }
 
+/// YAML as the committed files hold it: keys in order, a long string on one line (as
+/// `crds/`, so that an expression reads whole), a multi-line one a literal block.
+fn to_yaml_text(value: &Value) -> Result<String, serde_saphyr::SerializeError> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    serde_saphyr::to_string_with_options(value, options)
+}
+
 fn to_yaml(object: &Value) -> Result<String, LabError> {
-    serde_yaml::to_string(object).map_err(|e| LabError::BadResponse {
+    to_yaml_text(object).map_err(|e| LabError::BadResponse {
         context: "write YAML".into(),
         detail: e.to_string(),
     })
@@ -368,15 +371,15 @@ pub fn dashboard_expressions(dashboard: &serde_json::Value) -> Vec<String> {
 
 /// Every `expr` of a rule file's rules.
 pub fn rule_expressions(rule_file: &str) -> Result<Vec<String>, LabError> {
-    let file: Value = serde_yaml::from_str(rule_file).map_err(|e| LabError::BadResponse {
+    let file: Value = serde_saphyr::from_str(rule_file).map_err(|e| LabError::BadResponse {
         context: "parse rule file".into(),
         detail: e.to_string(),
     })?;
     Ok(file["groups"]
-        .as_sequence()
+        .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|group| group["rules"].as_sequence().into_iter().flatten())
+        .flat_map(|group| group["rules"].as_array().into_iter().flatten())
         .filter_map(|rule| rule["expr"].as_str().map(str::to_owned))
         .collect())
 }
@@ -422,21 +425,18 @@ mod tests {
 
     #[test]
     fn helm_labels_are_stripped_and_others_kept() {
-        let mut object: Value = serde_yaml::from_str(
-            "metadata:\n  labels:\n    helm.sh/chart: c\n    app.kubernetes.io/managed-by: Helm\n    app.kubernetes.io/name: n\n",
+        let mut object: Value = serde_saphyr::from_str(
+            "metadata:\n  labels:\n    helm.sh/chart: c\n    app.kubernetes.io/managed-by: Helm\n    app.kubernetes.io/name: web\n",
         )
         .expect("yaml");
         strip_helm_labels(&mut object);
         assert_eq!(
-            serde_yaml::to_string(&object).expect("yaml"),
-            "metadata:\n  labels:\n    app.kubernetes.io/name: n\n"
+            object,
+            serde_json::json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})
         );
         let mut bare: Value =
-            serde_yaml::from_str("metadata:\n  labels:\n    helm.sh/chart: c\n").expect("yaml");
+            serde_saphyr::from_str("metadata:\n  labels:\n    helm.sh/chart: c\n").expect("yaml");
         strip_helm_labels(&mut bare);
-        assert_eq!(
-            serde_yaml::to_string(&bare).expect("yaml"),
-            "metadata: {}\n"
-        );
+        assert_eq!(bare, serde_json::json!({"metadata": {}}));
     }
 }

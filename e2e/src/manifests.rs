@@ -40,19 +40,17 @@ pub fn read_documents(path: &Path) -> Result<Vec<DynamicObject>, LabError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| LabError::io(format!("read {}", path.display()), e))?;
     let mut objects = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let value =
-            <serde_yaml::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
-                LabError::Manifest {
-                    path: path.to_path_buf(),
-                    detail: e.to_string(),
-                }
-            })?;
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| LabError::Manifest {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    for value in documents {
         if value.is_null() {
             continue;
         }
         let object: DynamicObject =
-            serde_yaml::from_value(value).map_err(|e| LabError::Manifest {
+            serde_json::from_value(value).map_err(|e| LabError::Manifest {
                 path: path.to_path_buf(),
                 detail: e.to_string(),
             })?;

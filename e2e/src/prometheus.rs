@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn scrape_config_scrapes_every_workload_each_second() {
-        let config: serde_yaml::Value = serde_yaml::from_str(&scrape_config(
+        let config: serde_json::Value = serde_saphyr::from_str(&scrape_config(
             &["127.0.0.1:1", "127.0.0.1:2"],
             &Monitoring::default(),
         ))
@@ -390,8 +390,8 @@ mod tests {
             rule_files: vec![PathBuf::from("/lab/rules.yaml")],
             remote_read: vec!["http://127.0.0.1:9/api/v1/read".into()],
         };
-        let config: serde_yaml::Value =
-            serde_yaml::from_str(&scrape_config(&["127.0.0.1:1"], &monitoring))
+        let config: serde_json::Value =
+            serde_saphyr::from_str(&scrape_config(&["127.0.0.1:1"], &monitoring))
                 .expect("valid YAML");
         assert_eq!(
             config["scrape_configs"][0]["static_configs"][0]["targets"][0],

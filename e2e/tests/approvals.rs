@@ -358,7 +358,7 @@ async fn install_policies(world: &World) {
     .await;
     let rollouts: Api<ConfigRollout> = Api::namespaced(client(world, User::ApproverAlice), TEAM);
     let probe: ConfigRollout =
-        serde_yaml::from_str(&staged("policy-probe", &[("k", "v")], "")).expect("YAML");
+        serde_saphyr::from_str(&staged("policy-probe", &[("k", "v")], "")).expect("YAML");
     eventually("the spec-author policy is in force", PROGRESS, || async {
         let admitted = tokio::time::timeout(CALL, rollouts.create(&dry_run, &probe))
             .await
@@ -509,7 +509,7 @@ async fn the_apiserver_stamps_the_spec_author(world: &World) {
     let name = "authored";
     let alice: Api<ConfigRollout> = Api::namespaced(client(world, User::ApproverAlice), TEAM);
     let mut rollout: ConfigRollout =
-        serde_yaml::from_str(&staged(name, &[("limit", "10")], "")).expect("YAML");
+        serde_saphyr::from_str(&staged(name, &[("limit", "10")], "")).expect("YAML");
     // A forged author on creation is replaced.
     rollout
         .annotations_mut()
@@ -635,7 +635,7 @@ async fn four_eyes_refuses_the_authors_own_approval(world: &World) {
     let counters = WriteCounter::start_in(world, &PROD, name).await;
     let alice: Api<ConfigRollout> = Api::namespaced(client(world, User::ApproverAlice), TEAM);
     let rollout: ConfigRollout =
-        serde_yaml::from_str(&staged(name, &[("limit", "10")], "  fourEyes: true\n"))
+        serde_saphyr::from_str(&staged(name, &[("limit", "10")], "  fourEyes: true\n"))
             .expect("YAML");
     within(
         "alice creates a four-eyes rollout",
@@ -1587,7 +1587,7 @@ async fn a_gitops_relay_stamps_the_person_it_relays(world: &World) {
         .expect("the platform names its relay");
     let with_person = |name: &str, person: Option<&str>, pairs: &[(&str, &str)]| {
         let mut rollout: ConfigRollout =
-            serde_yaml::from_str(&staged(name, pairs, "  fourEyes: true\n")).expect("YAML");
+            serde_saphyr::from_str(&staged(name, pairs, "  fourEyes: true\n")).expect("YAML");
         if let Some(person) = person {
             rollout
                 .annotations_mut()

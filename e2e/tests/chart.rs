@@ -15,7 +15,7 @@ use configrollout_e2e::chart::{
     one_of_kind, rendered_objects, rule_expressions,
 };
 use configrollout_e2e::repository_root;
-use serde_yaml::Value;
+use serde_json::Value;
 
 fn helm() -> &'static Helm {
     static HELM: OnceLock<Helm> = OnceLock::new();
@@ -38,7 +38,7 @@ fn container(deployment: &Value) -> &Value {
 
 fn args(deployment: &Value) -> Vec<String> {
     container(deployment)["args"]
-        .as_sequence()
+        .as_array()
         .expect("args")
         .iter()
         .map(|a| a.as_str().expect("string arg").to_owned())
@@ -171,7 +171,7 @@ fn values_reach_the_deployment() {
     );
 
     // The image tag defaults to the chart's appVersion.
-    let chart: Value = serde_yaml::from_str(
+    let chart: Value = serde_saphyr::from_str(
         &std::fs::read_to_string(chart::chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("Chart.yaml parses");
@@ -302,7 +302,7 @@ fn toggles_add_the_monitoring_objects() {
     let service = one_of_kind(&rendered, "Service").expect("Service");
     assert_eq!(service["spec"]["ports"][0]["name"], "probes");
     let selector = monitor["spec"]["selector"]["matchLabels"]
-        .as_mapping()
+        .as_object()
         .expect("selector");
     for (key, value) in selector {
         assert_eq!(&service["metadata"]["labels"][key], value);
@@ -374,8 +374,8 @@ fn promtool_checks_and_unit_tests_the_rules() {
     let rules = std::fs::read_to_string(dir.join("configrollout-rules.yaml")).expect("rules");
     let tests = std::fs::read_to_string(dir.join("tests/configrollout-rules.test.yaml"))
         .expect("rule tests");
-    let file: Value = serde_yaml::from_str(&rules).expect("rules parse");
-    for rule in file["groups"][0]["rules"].as_sequence().expect("rules") {
+    let file: Value = serde_saphyr::from_str(&rules).expect("rules parse");
+    for rule in file["groups"][0]["rules"].as_array().expect("rules") {
         let alert = rule["alert"].as_str().expect("alert name");
         assert!(
             tests.contains(&format!("alertname: {alert}\n")),
@@ -435,17 +435,17 @@ fn the_readmes_kustomize_overlay_sets_the_image_and_flags() {
         .find(|block| block.starts_with("# kustomization.yaml of your overlay"))
         .and_then(|block| block.split("```").next())
         .expect("the README has the overlay block");
-    let mut overlay: Value = serde_yaml::from_str(block).expect("the overlay parses");
+    let mut overlay: Value = serde_saphyr::from_str(block).expect("the overlay parses");
     // Its `resources` names where a reader keeps the repository; here, this checkout (a
     // relative path: kustomize refuses an absolute one), from a directory two below it.
-    overlay["resources"] = Value::Sequence(vec![Value::String("../../../deploy".to_owned())]);
+    overlay["resources"] = Value::Array(vec![Value::String("../../../deploy".to_owned())]);
     let dir = root
         .join("e2e/.cache")
         .join(format!("overlay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("overlay dir");
     std::fs::write(
         dir.join("kustomization.yaml"),
-        serde_yaml::to_string(&overlay).expect("overlay"),
+        serde_saphyr::to_string(&overlay).expect("overlay"),
     )
     .expect("write the overlay");
     let kubectl = configrollout_e2e::gobuild::ensure_built()

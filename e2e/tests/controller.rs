@@ -900,7 +900,7 @@ spec:
 /// a value, and no region is written.
 async fn an_oversized_revision_is_reported_and_touches_no_region(world: &World) {
     let value = "0123456789abcdef".repeat(6_250);
-    let mut rollout: ConfigRollout = serde_yaml::from_str(&rollout_yaml(
+    let mut rollout: ConfigRollout = serde_saphyr::from_str(&rollout_yaml(
         "oversized",
         "  stages:\n    - {name: canary, regions: {names: [region-1]}}\n",
     ))
@@ -992,7 +992,7 @@ spec:
 
 /// The apiserver's refusal of creating the rollout `yaml`, as text.
 async fn refused_at_create(world: &World, yaml: &str) -> String {
-    let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("YAML");
+    let rollout: ConfigRollout = serde_saphyr::from_str(yaml).expect("YAML");
     tokio::time::timeout(
         CALL,
         world.rollouts().create(&PostParams::default(), &rollout),

@@ -888,7 +888,7 @@ async fn the_dashboard_in_a_real_browser() {
 async fn a_thousand_rollouts_stay_responsive() {
     const COUNT: usize = 1000;
     let world = World::start(LabOptions::default()).await;
-    let template: ConfigRollout = serde_yaml::from_str(&rollout_yaml()).expect("rollout");
+    let template: ConfigRollout = serde_saphyr::from_str(&rollout_yaml()).expect("rollout");
     let started = Instant::now();
     let creates = (0..COUNT).map(|index| {
         let mut rollout = template.clone();

@@ -99,12 +99,12 @@ async fn build_image() {
 /// lists, in order (the base has no patches or generators), with server-side apply.
 async fn apply_deploy(world: &World) {
     let deploy = repository_root().join("deploy");
-    let kustomization: serde_yaml::Value = serde_yaml::from_str(
+    let kustomization: serde_json::Value = serde_saphyr::from_str(
         &std::fs::read_to_string(deploy.join("kustomization.yaml")).expect("kustomization"),
     )
     .expect("kustomization YAML");
     let resources: Vec<&str> = kustomization["resources"]
-        .as_sequence()
+        .as_array()
         .expect("kustomization resources")
         .iter()
         .map(|r| r.as_str().expect("a resource path"))
@@ -126,13 +126,12 @@ async fn apply_deploy(world: &World) {
 fn shipped_container() -> Container {
     let text = std::fs::read_to_string(repository_root().join("deploy/deployment.yaml"))
         .expect("deploy/deployment.yaml");
-    let deployment = serde_yaml::Deserializer::from_str(&text)
-        .map(|document| {
-            <serde_yaml::Value as serde::Deserialize>::deserialize(document).expect("YAML")
-        })
+    let deployment = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .expect("YAML")
+        .into_iter()
         .find(|value| value["kind"] == "Deployment")
         .expect("a Deployment in deploy/deployment.yaml");
-    let deployment: Deployment = serde_yaml::from_value(deployment).expect("a Deployment");
+    let deployment: Deployment = serde_json::from_value(deployment).expect("a Deployment");
     let pod = deployment
         .spec
         .and_then(|spec| spec.template.spec)

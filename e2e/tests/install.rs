@@ -111,7 +111,7 @@ fn base_object<T: serde::de::DeserializeOwned>(key: &str) -> T {
         .get(key)
         .unwrap_or_else(|| panic!("{key} in deploy/"))
         .clone();
-    serde_yaml::from_value(object).unwrap_or_else(|e| panic!("{key}: {e}"))
+    serde_json::from_value(object).unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
 async fn the_chart_installs_into_the_hub(world: &World) {
@@ -539,7 +539,7 @@ async fn the_monitoring_objects_pass_the_operators_schemas(world: &World) {
     let plain =
         std::fs::read_to_string(chart::observability_dir().join("configrollout-rules.yaml"))
             .expect("rules");
-    let plain: serde_json::Value = serde_yaml::from_str(&plain).expect("rules parse");
+    let plain: serde_json::Value = serde_saphyr::from_str(&plain).expect("rules parse");
     let expected =
         alerts_and_expressions(plain["groups"][0]["rules"].as_array().expect("plain rules"));
     assert_eq!(stored.len(), 12);

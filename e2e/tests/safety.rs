@@ -577,12 +577,12 @@ impl World {
         let name = self.lab.kubeconfig_secret(region).expect("secret name");
         let secret = within("read kubeconfig Secret", secrets.get(&name)).await;
         let original = secret.data.clone().expect("Secret data");
-        let mut kubeconfig: serde_yaml::Value =
-            serde_yaml::from_slice(&original[KUBECONFIG_SECRET_KEY].0).expect("kubeconfig");
-        for cluster in kubeconfig["clusters"].as_sequence_mut().expect("clusters") {
+        let mut kubeconfig: serde_json::Value =
+            serde_saphyr::from_slice(&original[KUBECONFIG_SECRET_KEY].0).expect("kubeconfig");
+        for cluster in kubeconfig["clusters"].as_array_mut().expect("clusters") {
             cluster["cluster"]["server"] = "https://127.0.0.1:9".into();
         }
-        let cut = serde_yaml::to_string(&kubeconfig).expect("kubeconfig YAML");
+        let cut = serde_saphyr::to_string(&kubeconfig).expect("kubeconfig YAML");
         self.put_kubeconfig(
             &name,
             BTreeMap::from([(

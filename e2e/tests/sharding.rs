@@ -317,7 +317,7 @@ async fn three_replicas_four_shards_and_a_kill(world: &World) {
         )
         .await
         .expect("sharding RBAC applied");
-    let binding: RoleBinding = serde_yaml::from_str(&format!(
+    let binding: RoleBinding = serde_saphyr::from_str(&format!(
         r#"
 metadata: {{name: configrollout-lab:controller-sharding, namespace: {SYSTEM_NAMESPACE}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: configrollout-controller-sharding}}
@@ -352,7 +352,7 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "configroll
             let rollouts = rollouts.clone();
             async move {
                 let rollout: ConfigRollout =
-                    serde_yaml::from_str(&rollout_yaml(&rollout_name(index))).unwrap();
+                    serde_saphyr::from_str(&rollout_yaml(&rollout_name(index))).unwrap();
                 within(
                     "create rollout",
                     rollouts.create(&PostParams::default(), &rollout),

@@ -100,7 +100,7 @@ impl Tenancy {
     }
 
     async fn create(&self, yaml: &str) -> Result<ConfigRollout, kube::Error> {
-        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        let rollout: ConfigRollout = serde_saphyr::from_str(yaml).expect("rollout YAML");
         tokio::time::timeout(
             CALL,
             self.rollouts().create(&PostParams::default(), &rollout),
@@ -111,7 +111,7 @@ impl Tenancy {
 
     /// A server-side dry run of the creation: admission runs, nothing is stored.
     async fn try_create(&self, yaml: &str) -> Result<ConfigRollout, kube::Error> {
-        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        let rollout: ConfigRollout = serde_saphyr::from_str(yaml).expect("rollout YAML");
         let params = PostParams {
             dry_run: true,
             ..PostParams::default()
@@ -480,7 +480,7 @@ async fn a_region_with_an_exec_kubeconfig_is_refused(t: &Tenancy) {
             .create(&PostParams::default(), &secret),
     )
     .await;
-    let region: Region = serde_yaml::from_str(&format!(
+    let region: Region = serde_saphyr::from_str(&format!(
         "apiVersion: configrollout.dev/v1alpha1\nkind: Region\nmetadata: {{name: region-exec}}\nspec:\n  kubeconfigSecretRef: {{namespace: {SYSTEM_NAMESPACE}, name: exec-kubeconfig, key: {KUBECONFIG_SECRET_KEY}}}\n"
     ))
     .expect("Region YAML");
@@ -787,7 +787,7 @@ async fn two_teams_on_one_key_converge_on_its_owner(t: &Tenancy) {
         "{y: \"from-b\", b_only: \"1\"}",
         FROM_REGION_3,
     );
-    let b: ConfigRollout = serde_yaml::from_str(&b).expect("rollout YAML");
+    let b: ConfigRollout = serde_saphyr::from_str(&b).expect("rollout YAML");
     let team = t.team_rollouts();
     let params = PostParams::default();
     let (created_a, created_b) = tokio::join!(t.create(&a), team.create(&params, &b));
@@ -959,7 +959,7 @@ async fn an_override_transfers_no_ownership(t: &Tenancy) {
     t.condition("rates-a", "Complete").await;
     let changes = BTreeMap::from([("rate".to_owned(), Some("99".to_owned()))]);
     t.override_keys("region-1", "rates", &changes).await;
-    let b: ConfigRollout = serde_yaml::from_str(&shared_rollout(
+    let b: ConfigRollout = serde_saphyr::from_str(&shared_rollout(
         "team",
         "rates-b",
         "rates",
@@ -1146,7 +1146,7 @@ async fn teams_share_a_region_namespace(t: &Tenancy) {
 async fn a_stalled_co_writer_holds_back_only_its_own_keys(t: &Tenancy) {
     let waiting_stages = "    - {name: first, regions: {names: [region-1]}}\n    - {name: rest, regions: {names: [region-2, region-3]}, maxParallel: 2, approval: Required}\n";
     let stuck = shared_rollout("team", "stalled-b", "stalled", "{b: \"1\"}", waiting_stages);
-    let stuck: ConfigRollout = serde_yaml::from_str(&stuck).expect("rollout YAML");
+    let stuck: ConfigRollout = serde_saphyr::from_str(&stuck).expect("rollout YAML");
     within(
         "create stalled-b",
         t.team_rollouts().create(&PostParams::default(), &stuck),

@@ -347,7 +347,7 @@ impl Hub {
                 Some(OutputFormat::Json) => serde_json::to_string_pretty(rollout)
                     .map(|text| text + "\n")
                     .map_err(|e| CliError::Message(format!("rendering JSON: {e}"))),
-                Some(OutputFormat::Yaml) => serde_yaml::to_string(rollout)
+                Some(OutputFormat::Yaml) => serde_saphyr::to_string(rollout)
                     .map_err(|e| CliError::Message(format!("rendering YAML: {e}"))),
             }
         };
@@ -965,23 +965,25 @@ pub(super) struct LintReport {
 }
 
 pub(super) fn lint_text(text: &str) -> LintReport {
-    use serde::Deserialize;
     let mut lines = Vec::new();
     let mut ok = true;
     let mut documents = 0;
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = match serde_yaml::Value::deserialize(document) {
-            Ok(serde_yaml::Value::Null) => continue,
-            Ok(value) => value,
-            Err(error) => {
-                ok = false;
-                lines.push(format!("document {}: not YAML: {error}", index + 1));
-                break;
-            }
-        };
+    let parsed: Vec<serde_json::Value> = match serde_saphyr::from_multiple(text) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            return LintReport {
+                ok: false,
+                lines: vec![format!("not YAML: {error}")],
+            };
+        }
+    };
+    for (index, value) in parsed.into_iter().enumerate() {
+        if value.is_null() {
+            continue;
+        }
         documents += 1;
-        let kind = value.get("kind").and_then(serde_yaml::Value::as_str);
-        let api_version = value.get("apiVersion").and_then(serde_yaml::Value::as_str);
+        let kind = value.get("kind").and_then(serde_json::Value::as_str);
+        let api_version = value.get("apiVersion").and_then(serde_json::Value::as_str);
         let expected_version = format!(
             "{}/{}",
             configrollout_api::GROUP,
@@ -997,7 +999,7 @@ pub(super) fn lint_text(text: &str) -> LintReport {
             ));
             continue;
         }
-        let rollout: ConfigRollout = match serde_yaml::from_value(value) {
+        let rollout: ConfigRollout = match serde_json::from_value(value) {
             Ok(rollout) => rollout,
             Err(error) => {
                 ok = false;
@@ -1108,6 +1110,22 @@ spec:
         ));
         assert!(!report.ok);
         assert!(report.lines[0].contains("is a range vector"), "{report:?}");
+    }
+
+    #[test]
+    fn a_value_kubectl_reads_as_a_boolean_is_refused_and_bad_yaml_names_its_line() {
+        // kubectl (sigs.k8s.io/yaml) reads YAML 1.1: `no` is false, which a ConfigMap
+        // value cannot hold; lint says so before the apply does.
+        let report = lint_text(&VALID.replace("timeout_ms: \"300\"", "enabled: no"));
+        assert!(!report.ok);
+        assert!(
+            report.lines[0].starts_with("document 1: ") && report.lines[0].contains("boolean"),
+            "{report:?}"
+        );
+        let report = lint_text(&VALID.replace("  stages:\n", "  stages: [\n"));
+        assert!(!report.ok);
+        assert!(report.lines[0].starts_with("not YAML: "), "{report:?}");
+        assert!(report.lines[0].contains("line"), "{report:?}");
     }
 
     #[test]

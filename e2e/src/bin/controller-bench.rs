@@ -121,7 +121,7 @@ async fn bench(runs: usize) -> BenchResult<()> {
             counters.push(WriteCounter::start(client.clone(), &name).await?);
         }
         let rollout: ConfigRollout =
-            serde_yaml::from_str(&rollout_yaml(&name)).map_err(|e| e.to_string())?;
+            serde_saphyr::from_str(&rollout_yaml(&name)).map_err(|e| e.to_string())?;
         rollouts
             .create(&PostParams::default(), &rollout)
             .await
@@ -247,7 +247,7 @@ async fn rollback_latency(
         .await
         .map_err(|e| e.to_string())?;
     let rollout: ConfigRollout =
-        serde_yaml::from_str(&gated_yaml(&name)).map_err(|e| e.to_string())?;
+        serde_saphyr::from_str(&gated_yaml(&name)).map_err(|e| e.to_string())?;
     rollouts
         .create(&PostParams::default(), &rollout)
         .await

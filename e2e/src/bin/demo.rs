@@ -125,7 +125,7 @@ async fn demo(keep: bool) -> DemoResult<()> {
 
     println!("\nkubectl apply -f - <<EOF{EXAMPLE}EOF\n");
     let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
-    let rollout: ConfigRollout = serde_yaml::from_str(EXAMPLE).map_err(|e| e.to_string())?;
+    let rollout: ConfigRollout = serde_saphyr::from_str(EXAMPLE).map_err(|e| e.to_string())?;
     rollouts
         .create(&PostParams::default(), &rollout)
         .await

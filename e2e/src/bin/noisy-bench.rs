@@ -331,7 +331,7 @@ fn rollout(namespace: &str, name: &str, region: &str, gated: bool) -> BenchResul
     let yaml = format!(
         "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  target: {{namespace: {TARGET_NAMESPACE}, name: {namespace}-{name}}}\n  data: {{limit: \"1\"}}\n{gates}  stages:\n    - {{name: only, regions: {{names: [{region}]}}{stage_gates}}}\n"
     );
-    serde_yaml::from_str(&yaml).map_err(|e| format!("{name}: {e}"))
+    serde_saphyr::from_str(&yaml).map_err(|e| format!("{name}: {e}"))
 }
 
 async fn counters(http: &reqwest::Client, url: &str, pid: u32) -> BenchResult<Counters> {

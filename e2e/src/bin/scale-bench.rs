@@ -214,7 +214,7 @@ async fn bench(
             async move {
                 if revision == "r1" {
                     let rollout: ConfigRollout =
-                        serde_yaml::from_str(&rollout_yaml(name, i, region_count))
+                        serde_saphyr::from_str(&rollout_yaml(name, i, region_count))
                             .map_err(|e| e.to_string())?;
                     rollouts
                         .create(&PostParams::default(), &rollout)
@@ -654,7 +654,7 @@ mod tests {
     #[test]
     fn rollouts_parse() {
         for i in 0..4 {
-            let _: ConfigRollout = serde_yaml::from_str(&rollout_yaml("s-1", i * 5, 10)).unwrap();
+            let _: ConfigRollout = serde_saphyr::from_str(&rollout_yaml("s-1", i * 5, 10)).unwrap();
         }
     }
 

@@ -146,7 +146,7 @@ impl World {
     }
 
     pub async fn create_rollout(&self, yaml: &str) -> ConfigRollout {
-        let rollout: ConfigRollout = serde_yaml::from_str(yaml).expect("rollout YAML");
+        let rollout: ConfigRollout = serde_saphyr::from_str(yaml).expect("rollout YAML");
         within(
             "create rollout",
             self.rollouts().create(&PostParams::default(), &rollout),

@@ -79,7 +79,7 @@ pub(super) mod tests {
     use configrollout_api::ConfigRolloutStatus;
 
     pub(crate) fn rollout(namespace: &str, name: &str) -> ConfigRollout {
-        let mut rollout: ConfigRollout = serde_yaml::from_str(&format!(
+        let mut rollout: ConfigRollout = serde_saphyr::from_str(&format!(
             "apiVersion: configrollout.dev/v1alpha1\nkind: ConfigRollout\nmetadata: {{name: {name:?}, namespace: {namespace}}}\nspec:\n  target: {{namespace: app, name: app}}\n  data: {{timeout_ms: \"s3cr3t-value\"}}\n  stages:\n    - name: canary\n      regions: {{names: [region-1]}}\n"
         ))
         .expect("rollout");

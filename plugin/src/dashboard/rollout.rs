@@ -396,7 +396,7 @@ mod tests {
     }
 
     fn gated() -> ConfigRollout {
-        let mut rollout: ConfigRollout = serde_yaml::from_str(
+        let mut rollout: ConfigRollout = serde_saphyr::from_str(
             r#"
 apiVersion: configrollout.dev/v1alpha1
 kind: ConfigRollout

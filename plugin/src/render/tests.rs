@@ -38,7 +38,7 @@ spec:
   observedGeneration: 2
 {status}"
     );
-    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture parses: {e}\n{yaml}"))
+    serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("fixture parses: {e}\n{yaml}"))
 }
 
 const HISTORY: &str = "  history:
@@ -621,7 +621,7 @@ fn diff_masks_values_unless_asked() {
 
 #[test]
 fn a_window_not_open_yet_says_when_it_opens() {
-    let gate: GateStatus = serde_yaml::from_str(
+    let gate: GateStatus = serde_saphyr::from_str(
         "{name: errors, region: region-1, verdict: Running, opensAt: \"2026-12-03T08:02:00Z\"}",
     )
     .unwrap();
@@ -631,7 +631,7 @@ fn a_window_not_open_yet_says_when_it_opens() {
         "gate errors (region-1): Running, 0 successful of 3 needed, 0 failed, 0 inconclusive, \
          window opens 2026-12-03T08:02:00Z"
     );
-    let sampled: GateStatus = serde_yaml::from_str(
+    let sampled: GateStatus = serde_saphyr::from_str(
         "{name: errors, verdict: Running, opensAt: \"2026-12-03T08:02:00Z\", successes: 1, \
          samples: [{at: \"2026-12-03T08:02:00Z\", value: \"0\", verdict: Successful}]}",
     )
