@@ -1,0 +1,649 @@
+use super::*;
+use crate::gates::Credentials;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+fn limits(max_bytes: usize, max_series: usize) -> ResponseLimits {
+    ResponseLimits {
+        max_bytes,
+        max_series,
+    }
+}
+
+fn parse(body: &str) -> Result<QueryResult, QueryError> {
+    parse_answer(body.as_bytes(), ResponseLimits::default()).map(|answer| answer.result)
+}
+
+fn vector_answer(series: usize) -> String {
+    let elements: Vec<String> = (0..series)
+        .map(|i| format!(r#"{{"metric":{{"pod":"p{i}"}},"value":[1700000000.5,"{i}"]}}"#))
+        .collect();
+    format!(
+        r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+        elements.join(",")
+    )
+}
+
+/// What the canned server sends after the response head.
+enum Body {
+    Bytes(&'static str),
+    /// Spaces until the client hangs up.
+    Endless,
+    /// Nothing, with the connection held open.
+    Never,
+}
+
+/// Serves `head` then `body` to every connection on 127.0.0.1; returns the base URL
+/// and the request heads received.
+async fn serve(head: String, body: Body) -> (String, mpsc::UnboundedReceiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (seen, requests) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buffer = [0_u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let _ = seen.send(String::from_utf8_lossy(&request).into_owned());
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                continue;
+            }
+            match body {
+                Body::Bytes(bytes) => {
+                    let _ = stream.write_all(bytes.as_bytes()).await;
+                }
+                Body::Endless => {
+                    let chunk = vec![b' '; 64 * 1024];
+                    while stream.write_all(&chunk).await.is_ok() {}
+                }
+                Body::Never => tokio::time::sleep(Duration::from_secs(60)).await,
+            }
+            let _ = stream.shutdown().await;
+        }
+    });
+    (format!("http://{address}"), requests)
+}
+
+fn json_head(content_length: Option<u64>) -> String {
+    let length = content_length
+        .map(|length| format!("Content-Length: {length}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{length}Connection: close\r\n\r\n"
+    )
+}
+
+fn provider(base: &str, limits: ResponseLimits) -> PrometheusProvider {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = http_client(None).unwrap();
+    PrometheusProvider::new(http, Some(base.to_owned()), limits)
+}
+
+fn error_text(answer: Answer) -> String {
+    match answer.result {
+        QueryResult::Error(text) => text,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// However many samples are asked for at once, the server never sees more than
+/// [`MAX_QUERIES_IN_FLIGHT`] queries open; every sample is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_in_flight_are_capped_for_the_whole_controller() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let open = std::sync::Arc::new(AtomicUsize::new(0));
+    let most = std::sync::Arc::new(AtomicUsize::new(0));
+    let (server_open, server_most) = (open.clone(), most.clone());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (open, most) = (server_open.clone(), server_most.clone());
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0_u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let now_open = open.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now_open, Ordering::SeqCst);
+                // Held a while, so that an uncapped controller would pile up here.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let body = SCALAR;
+                let head = json_head(Some(body.len() as u64));
+                open.fetch_sub(1, Ordering::SeqCst);
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    let provider = std::sync::Arc::new(provider(&base, ResponseLimits::default()));
+    let samples = (0..3 * MAX_QUERIES_IN_FLIGHT).map(|_| {
+        let provider = provider.clone();
+        tokio::spawn(async move { provider.sample(SampleSource::default(), "up").await })
+    });
+    for answer in futures::future::join_all(samples).await {
+        let answer = answer.unwrap();
+        assert!(
+            !matches!(answer.result, QueryResult::Error(_)),
+            "{:?}",
+            answer.result
+        );
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=MAX_QUERIES_IN_FLIGHT).contains(&most),
+        "{most} queries were open at once"
+    );
+}
+
+#[tokio::test]
+async fn a_vector_answer_comes_from_an_instant_query() {
+    let body: &'static str = vector_answer(2).leak();
+    let (base, mut requests) = serve(json_head(Some(body.len() as u64)), Body::Bytes(body)).await;
+    let provider = provider(&format!("{base}/prom/"), ResponseLimits::default());
+    let result = provider
+        .sample(SampleSource::default(), "sum(up{job=\"a b\"})")
+        .await;
+    let expected = QueryResult::Vector(vec![
+        (Labels::from([("pod".to_owned(), "p0".to_owned())]), 0.0),
+        (Labels::from([("pod".to_owned(), "p1".to_owned())]), 1.0),
+    ]);
+    assert_eq!(result.result, expected);
+    assert_eq!(
+        result.evaluated_at,
+        DateTime::from_timestamp_millis(1_700_000_000_500)
+    );
+    let request = requests.recv().await.unwrap();
+    let line = request.lines().next().unwrap();
+    assert_eq!(
+        line,
+        "GET /prom/api/v1/query?query=sum%28up%7Bjob%3D%22a+b%22%7D%29&timeout=10000ms HTTP/1.1"
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_the_byte_cap_is_abandoned_unread() {
+    let (base, _requests) = serve(json_head(None), Body::Endless).await;
+    let provider = provider(&base, limits(64 * 1024, 1000));
+    let started = std::time::Instant::now();
+    let reason = error_text(
+        provider
+            .sample(
+                SampleSource {
+                    region: Some("any"),
+                    ..SampleSource::default()
+                },
+                "up",
+            )
+            .await,
+    );
+    assert_eq!(
+        reason,
+        "Prometheus answer larger than the limit of 65536 bytes"
+    );
+    assert!(started.elapsed() < QUERY_TIMEOUT, "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_announced_length_over_the_byte_cap_is_refused_before_reading() {
+    let (base, _requests) = serve(json_head(Some(1 << 40)), Body::Never).await;
+    let provider = provider(&base, ResponseLimits::default());
+    let started = std::time::Instant::now();
+    let reason = error_text(provider.sample(SampleSource::default(), "up").await);
+    assert_eq!(
+        reason,
+        "Prometheus answer larger than the limit of 4194304 bytes"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_non_json_answer_is_refused_without_its_body() {
+    let head = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\nContent-Length: 20\r\nConnection: close\r\n\r\n";
+    let (base, _requests) = serve(head.to_owned(), Body::Bytes("<h1>secret page</h1>")).await;
+    let reason = error_text(
+        provider(&base, ResponseLimits::default())
+            .sample(SampleSource::default(), "up")
+            .await,
+    );
+    assert_eq!(reason, "Prometheus answered HTTP 502 without JSON");
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_does_not_name_its_url() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let base = format!("http://user:password@{address}/");
+    let reason = error_text(
+        provider(&base, ResponseLimits::default())
+            .sample(SampleSource::default(), "up")
+            .await,
+    );
+    assert_eq!(reason, "Prometheus unreachable");
+    let no_url = error_text(
+        provider("not a url", ResponseLimits::default())
+            .sample(SampleSource::default(), "up")
+            .await,
+    );
+    assert_eq!(no_url, "the Prometheus URL is not a valid http(s) URL");
+}
+
+#[tokio::test]
+async fn no_endpoint_is_an_error() {
+    // Run alone, no other test has installed the provider reqwest needs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let provider = PrometheusProvider::new(http, None, ResponseLimits::default());
+    assert_eq!(
+        provider
+            .sample(
+                SampleSource {
+                    region: Some("r"),
+                    ..SampleSource::default()
+                },
+                "up"
+            )
+            .await,
+        Answer::from(QueryResult::Error(
+            "no Prometheus endpoint configured".to_owned()
+        ))
+    );
+}
+
+#[test]
+fn more_series_than_the_cap_are_refused_naming_it() {
+    let body = vector_answer(3);
+    assert_eq!(
+        parse_answer(body.as_bytes(), limits(1 << 20, 2))
+            .unwrap_err()
+            .to_string(),
+        "Prometheus answer has 3 series, over the limit of 2"
+    );
+    assert!(matches!(
+        parse_answer(body.as_bytes(), limits(1 << 20, 3)).map(|answer| answer.result),
+        Ok(QueryResult::Vector(series)) if series.len() == 3
+    ));
+}
+
+#[test]
+fn scalar_and_empty_answers_keep_their_meaning() {
+    assert_eq!(
+        parse(
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.25"]}}"#
+        ),
+        Ok(QueryResult::Scalar(0.25))
+    );
+    assert_eq!(
+        parse(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#),
+        Ok(QueryResult::Empty)
+    );
+}
+
+#[test]
+fn special_values_parse_as_floats() {
+    let value = |text: &str| {
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"scalar","result":[1,"{text}"]}}}}"#
+        );
+        match parse(&body) {
+            Ok(QueryResult::Scalar(value)) => value,
+            other => panic!("{text}: {other:?}"),
+        }
+    };
+    assert!(value("NaN").is_nan());
+    assert_eq!(value("+Inf"), f64::INFINITY);
+    assert_eq!(value("-Inf"), f64::NEG_INFINITY);
+    assert_eq!(value("1e-3"), 0.001);
+}
+
+#[test]
+fn a_prometheus_error_keeps_only_a_bounded_text() {
+    assert_eq!(
+        parse(
+            r#"{"status":"error","errorType":"bad_data","error":"parse error: unexpected\nend"}"#
+        ),
+        Err(QueryError::Prometheus {
+            error_type: "bad_data".to_owned(),
+            message: "parse error: unexpected end".to_owned(),
+        })
+    );
+    let long = format!(
+        r#"{{"status":"error","errorType":"{}","error":"{}"}}"#,
+        "t".repeat(100),
+        "é".repeat(10_000)
+    );
+    let reason = parse(&long).unwrap_err().to_string();
+    assert!(reason.chars().count() < 300, "{}", reason.len());
+    assert!(reason.ends_with('…'));
+}
+
+#[test]
+fn range_vectors_and_strings_are_refused() {
+    let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],[2,"2"]]}]}}"#;
+    assert_eq!(parse(matrix), Err(QueryError::RangeVector));
+    let string = r#"{"status":"success","data":{"resultType":"string","result":[1,"hello"]}}"#;
+    assert_eq!(
+        parse(string).unwrap_err().to_string(),
+        "the query returned a string result; gates need an instant vector or scalar"
+    );
+}
+
+#[test]
+fn a_malformed_answer_is_located_not_quoted() {
+    let reason =
+        parse(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"secret-value"]}}"#)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        reason.starts_with("malformed Prometheus answer: unexpected shape at line 1"),
+        "{reason}"
+    );
+    assert!(!reason.contains("secret"), "{reason}");
+    let reason = parse("<html>secret</html>").unwrap_err().to_string();
+    assert!(
+        reason.starts_with("malformed Prometheus answer: not JSON"),
+        "{reason}"
+    );
+    assert!(!reason.contains("secret"), "{reason}");
+    assert_eq!(
+        parse(r#"{"status":"success"}"#),
+        Err(QueryError::Malformed("no data".to_owned()))
+    );
+}
+
+#[test]
+fn an_answer_with_warnings_is_partial_whatever_its_data() {
+    let with = |warnings: &str, data: &str| {
+        parse(&format!(
+            r#"{{"status":"success","data":{data},"warnings":{warnings}}}"#
+        ))
+    };
+    let scalar = r#"{"resultType":"scalar","result":[1700000000,"0"]}"#;
+    let empty = r#"{"resultType":"vector","result":[]}"#;
+    assert_eq!(
+        with(r#"["store eu-1 unavailable"]"#, scalar),
+        Ok(QueryResult::Partial(
+            "Prometheus warned that the answer may be incomplete: store eu-1 unavailable".into()
+        ))
+    );
+    let many = format!(r#"["{}", "second"]"#, "x".repeat(10_000));
+    match with(&many, empty) {
+        Ok(QueryResult::Partial(reason)) => {
+            assert!(reason.contains("(2 warnings)"), "{reason}");
+            assert!(
+                reason.chars().count() < 300 && reason.ends_with('…'),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // No warnings, or an empty or null list: the answer is whole.
+    assert_eq!(with("[]", scalar), Ok(QueryResult::Scalar(0.0)));
+    assert_eq!(with("null", scalar), Ok(QueryResult::Scalar(0.0)));
+    // A refusal of the query's shape still says what is wrong with the query.
+    let matrix = r#"{"resultType":"matrix","result":[]}"#;
+    assert_eq!(with(r#"["w"]"#, matrix), Err(QueryError::RangeVector));
+}
+
+#[test]
+fn every_answer_keeps_the_time_it_was_evaluated_at() {
+    let vector = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"pod":"a"},"value":[1700000002.25,"1"]},
+            {"metric":{"pod":"b"},"value":[1700000001.5,"2"]}]}}"#;
+    let answer = parse_answer(vector.as_bytes(), ResponseLimits::default()).unwrap();
+    assert_eq!(
+        answer.evaluated_at,
+        DateTime::from_timestamp_millis(1_700_000_001_500),
+        "the oldest sample's time"
+    );
+    let scalar = r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"1"]}}"#;
+    assert_eq!(
+        parse_answer(scalar.as_bytes(), ResponseLimits::default())
+            .unwrap()
+            .evaluated_at,
+        DateTime::from_timestamp(1_700_000_000, 0)
+    );
+    let partial = r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"1"]},"warnings":["w"]}"#;
+    assert!(
+        parse_answer(partial.as_bytes(), ResponseLimits::default())
+            .unwrap()
+            .evaluated_at
+            .is_some()
+    );
+    // A timestamp that is no time is a malformed answer, never a time of 0 or now.
+    for bad in [r#""1700000000""#, "1e300", "-1e300", "null"] {
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"scalar","result":[{bad},"1"]}}}}"#
+        );
+        assert!(
+            matches!(parse(&body), Err(QueryError::Malformed(_))),
+            "{bad}: {:?}",
+            parse(&body)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed() {
+    let (elsewhere, mut followed) =
+        serve(json_head(None), Body::Bytes(r#"{"status":"success"}"#)).await;
+    for status in [
+        "301 Moved Permanently",
+        "302 Found",
+        "307 Temporary Redirect",
+    ] {
+        let head = format!(
+            "HTTP/1.1 {status}\r\nLocation: {elsewhere}/api/v1/query?query=vector(0)\r\n\
+                 Content-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let (base, _requests) = serve(head, Body::Bytes("")).await;
+        let reason = error_text(
+            provider(&base, ResponseLimits::default())
+                .sample(SampleSource::default(), "up")
+                .await,
+        );
+        let code = &status[..3];
+        assert_eq!(
+            reason,
+            format!("Prometheus answered with a redirect (HTTP {code}), which is not followed")
+        );
+    }
+    assert!(followed.try_recv().is_err(), "the redirect was followed");
+}
+
+/// An https server on 127.0.0.1 with `testdata/server.crt` (signed by
+/// `testdata/ca.crt`), answering every request with `body`; returns its base URL and
+/// the request heads it received.
+async fn serve_tls(body: &'static str) -> (String, mpsc::UnboundedReceiver<String>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let certificates =
+        CertificateDer::pem_slice_iter(include_bytes!("testdata/server.crt").as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/server.key")).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certificates, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (seen, requests) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let Ok(mut stream) = acceptor.accept(stream).await else {
+                continue;
+            };
+            let mut request = Vec::new();
+            let mut buffer = [0_u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let _ = seen.send(String::from_utf8_lossy(&request).into_owned());
+            let head = json_head(Some(body.len() as u64));
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    (format!("https://127.0.0.1:{}", address.port()), requests)
+}
+
+const SCALAR: &str =
+    r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"0.5"]}}"#;
+
+/// Samples `query` from `url`, as a region naming that URL and `access`.
+async fn sample_as_region(url: &str, access: Access<'_>) -> Answer {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let provider =
+        PrometheusProvider::new(http_client(None).unwrap(), None, ResponseLimits::default());
+    provider
+        .sample(
+            SampleSource {
+                region: Some("eu-1"),
+                url: Some(url),
+                access,
+            },
+            "up",
+        )
+        .await
+}
+
+fn header<'a>(request: &'a str, name: &str) -> Option<&'a str> {
+    request.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+#[tokio::test]
+async fn a_regions_ca_bundle_is_the_only_trust_for_its_server() {
+    let (base, mut requests) = serve_tls(SCALAR).await;
+    let trusting = |bundle: &[u8]| Credentials {
+        authorization: None,
+        ca_bundle: Some(bundle.to_vec()),
+    };
+    let ours = trusting(include_bytes!("testdata/ca.crt"));
+    let answer = sample_as_region(&base, Access::With(&ours)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    assert!(requests.recv().await.is_some());
+
+    // The system's roots do not know the lab's CA, and another CA is not it.
+    let untrusted = "Prometheus TLS handshake failed: its certificate is not trusted \
+                         (spec.prometheus.auth.caKey) or not valid for its host";
+    let unknown = sample_as_region(&base, Access::Anonymous).await;
+    assert_eq!(error_text(unknown), untrusted);
+    let other = trusting(include_bytes!("testdata/other-ca.crt"));
+    let refused = sample_as_region(&base, Access::With(&other)).await;
+    assert_eq!(error_text(refused), untrusted);
+    let not_pem = trusting(b"not a certificate");
+    assert_eq!(
+        error_text(sample_as_region(&base, Access::With(&not_pem)).await),
+        "Prometheus credentials: the CA bundle holds no PEM certificate"
+    );
+    assert!(
+        requests.try_recv().is_err(),
+        "no request reached the server"
+    );
+}
+
+#[tokio::test]
+async fn credentials_go_in_the_authorization_header_over_https_only() {
+    let (base, mut requests) = serve_tls(SCALAR).await;
+    let ca = include_bytes!("testdata/ca.crt").to_vec();
+    let bearer = Credentials {
+        authorization: Some(Authorization::Bearer("t0ken-s3cr3t".into())),
+        ca_bundle: Some(ca.clone()),
+    };
+    let answer = sample_as_region(&base, Access::With(&bearer)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    let request = requests.recv().await.unwrap();
+    assert_eq!(
+        header(&request, "authorization"),
+        Some("Bearer t0ken-s3cr3t")
+    );
+
+    let basic = Credentials {
+        authorization: Some(Authorization::Basic {
+            username: "prom-reader".into(),
+            password: "pa55:word".into(),
+        }),
+        ca_bundle: Some(ca),
+    };
+    let answer = sample_as_region(&format!("{base}/prefix/"), Access::With(&basic)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    let request = requests.recv().await.unwrap();
+    // base64("prom-reader:pa55:word")
+    assert_eq!(
+        header(&request, "authorization"),
+        Some("Basic cHJvbS1yZWFkZXI6cGE1NTp3b3Jk")
+    );
+    assert!(
+        request.starts_with("GET /prefix/api/v1/query?"),
+        "{request}"
+    );
+
+    // Never over plain http, never from the URL, never without the Secret's.
+    let (plain, mut plain_requests) =
+        serve(json_head(Some(SCALAR.len() as u64)), Body::Bytes(SCALAR)).await;
+    assert_eq!(
+        error_text(sample_as_region(&plain, Access::With(&bearer)).await),
+        "spec.prometheus.auth needs an https spec.prometheus.url: credentials are never sent in clear"
+    );
+    let with_userinfo = plain.replace("http://", "http://reader:s3cr3t@");
+    assert_eq!(
+        error_text(sample_as_region(&with_userinfo, Access::Anonymous).await),
+        "spec.prometheus.url carries credentials (user:password@), which are refused: give them in spec.prometheus.auth"
+    );
+    assert_eq!(
+        error_text(
+            sample_as_region(
+                &plain,
+                Access::Unusable("Secret configrollout-system/p has no key token")
+            )
+            .await
+        ),
+        "Prometheus credentials: Secret configrollout-system/p has no key token"
+    );
+    assert!(plain_requests.try_recv().is_err(), "a request went out");
+    assert!(requests.try_recv().is_err(), "a request went out");
+}
+
+#[tokio::test]
+async fn a_refusal_of_the_credentials_says_so() {
+    for status in ["401 Unauthorized", "403 Forbidden"] {
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: 6\r\nConnection: close\r\n\r\n"
+        );
+        let (base, _requests) = serve(head, Body::Bytes("denied")).await;
+        let reason = error_text(
+            provider(&base, ResponseLimits::default())
+                .sample(SampleSource::default(), "up")
+                .await,
+        );
+        assert_eq!(
+            reason,
+            format!(
+                "Prometheus refused the request (HTTP {}): check spec.prometheus.auth",
+                &status[..3]
+            )
+        );
+    }
+}
