@@ -21,7 +21,7 @@ use super::RegionError;
 use super::store::CALL_TIMEOUT;
 use crate::api_call;
 use configrollout_api::{Consumer, Delivery, RevisionStep, WorkloadKind};
-use configrollout_core::engine::selection::server_selector;
+use configrollout_core::engine::label_selector::server_selector;
 use configrollout_core::gates::QueryResult;
 
 /// Pod template annotation whose change makes the workload's controller replace its pods

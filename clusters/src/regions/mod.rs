@@ -91,7 +91,7 @@ pub enum RegionError {
         /// Workload kind.
         kind: String,
         /// The field of the selector and what is wrong with it.
-        source: configrollout_core::engine::selection::SelectorError,
+        source: configrollout_core::engine::label_selector::SelectorError,
     },
     /// An override's changes do not form an override delta.
     #[error("override: {reason}")]

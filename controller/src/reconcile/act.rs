@@ -8,6 +8,7 @@ use std::sync::{Mutex, PoisonError};
 
 use kube::ResourceExt;
 
+use super::collect::collected_through;
 use super::events::EventPublisher;
 use super::observe::RegionReads;
 use super::{Context, HubError};
@@ -380,19 +381,6 @@ pub fn revision_number(name: &str) -> i64 {
     name.strip_prefix('r')
         .and_then(|number| number.parse().ok())
         .unwrap_or(0)
-}
-
-/// The target's stable point recorded in status. Only the controller writes status; a
-/// value that does not parse collects nothing.
-pub(super) fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
-    let text = rollout.status.as_ref()?.collected_through.as_deref()?;
-    match text.parse() {
-        Ok(stamp) => Some(stamp),
-        Err(error) => {
-            tracing::warn!(%error, "status.collectedThrough does not parse; nothing collected");
-            None
-        }
-    }
 }
 
 fn parse_stamp(text: &str) -> Result<Stamp, HubError> {

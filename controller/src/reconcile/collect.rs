@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 
 use super::{Context, HubError, api_call};
 use crate::api::{ConfigRollout, ConfigRolloutStatus};
-use crate::crdt::{WriterProgress, collection_point};
+use crate::crdt::{Stamp, WriterProgress, collection_point};
 use crate::engine::{Observations, collection};
 
 /// Moves `status.collectedThrough` forward when the rollout proposes a point and every
@@ -176,3 +176,17 @@ async fn other_writers(
         .filter(|other| other.uid() != own_uid)
         .collect())
 }
+
+/// The target's stable point recorded in status. Only the controller writes status; a
+/// value that does not parse collects nothing.
+pub(super) fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
+    let text = rollout.status.as_ref()?.collected_through.as_deref()?;
+    match text.parse() {
+        Ok(stamp) => Some(stamp),
+        Err(error) => {
+            tracing::warn!(%error, "status.collectedThrough does not parse; nothing collected");
+            None
+        }
+    }
+}
+

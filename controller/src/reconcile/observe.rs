@@ -49,7 +49,7 @@ pub async fn observe(
         .revision
         .as_ref()
         .and_then(|name| fetched.revisions.get(name));
-    let collected_through = super::act::collected_through(rollout);
+    let collected_through = super::collect::collected_through(rollout);
     // Only a rollout that has collected can have an override outlive one of its keys.
     let removed = match collected_through {
         Some(_) => removed_keys(fetched.revisions.values(), current),

@@ -12,15 +12,7 @@ use super::{Draft, EventType, MAX_CONDITION_MESSAGE};
 
 /// Sets one condition, keeping its transition time unless the status flips.
 pub(super) fn set(draft: &mut Draft<'_>, type_: &str, status: bool, reason: &str, message: String) {
-    conditions::set(
-        &mut draft.status.conditions,
-        type_,
-        status,
-        reason,
-        message,
-        Some(draft.obs.generation),
-        to_time(draft.now),
-    );
+    draft.set_condition(type_, status, reason, message);
 }
 
 fn was_true(draft: &Draft<'_>, type_: &str) -> bool {

@@ -16,9 +16,10 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use configrollout_api::{ControlRecord, RolloutPhase, StageState, conditions};
+use configrollout_api::{RolloutPhase, StageState, conditions};
 
 use super::clock::{after, from_time, to_time};
+use super::control_record::{record, whole_seconds};
 use super::revisions::{OUTCOME_ABORTED, set_outcome};
 use super::{Draft, EventType, failure};
 
@@ -65,17 +66,6 @@ pub(super) fn apply(draft: &mut Draft<'_>) {
     retry(draft, retry_at);
 }
 
-fn whole_seconds(at: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
-}
-
-fn record<'s>(draft: &'s mut Draft<'_>) -> &'s mut ControlRecord {
-    draft
-        .status
-        .control
-        .get_or_insert_with(ControlRecord::default)
-}
-
 fn abort(draft: &mut Draft<'_>, requested_at: DateTime<Utc>, pending_retry: Option<DateTime<Utc>>) {
     let record = record(draft);
     record.abort_at = Some(to_time(whole_seconds(requested_at)));
@@ -102,15 +92,6 @@ fn abort(draft: &mut Draft<'_>, requested_at: DateTime<Utc>, pending_retry: Opti
     draft.status.phase = Some(RolloutPhase::Halted);
     set_outcome(draft, Some(OUTCOME_ABORTED));
     draft.halt = Some((REASON_ABORTED.to_owned(), message));
-}
-
-/// Settles a retry requested before now without acting on it: for a halt that happens
-/// now (a rollback giving up), which a retry requested earlier must not resume.
-pub(super) fn consume_pending_retry(draft: &mut Draft<'_>) {
-    let now = draft.now;
-    if let Some(requested_at) = draft.obs.control.retry_requested_at.filter(|at| *at <= now) {
-        record(draft).retry_at = Some(to_time(whole_seconds(requested_at)));
-    }
 }
 
 /// Records a retry dated too far ahead as refused: it must not resume anything, now or

@@ -20,7 +20,8 @@ use super::clock::{after, from_time, spec_duration};
 use super::observations::Observations;
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
 use super::selection::StagePlan;
-use super::{Draft, EventType, control};
+use super::control_record::consume_pending_retry;
+use super::{Draft, EventType};
 
 /// Fails the stage at `index` and applies `onFailure`.
 pub(super) fn fail(draft: &mut Draft<'_>, index: usize, reason: &str, message: String) {
@@ -361,7 +362,7 @@ fn give_up_rollback(draft: &mut Draft<'_>, groups: &[(Option<usize>, Vec<String>
         message.clone(),
     );
     // This halt is new: a retry asked for while the rollback ran does not resume it.
-    control::consume_pending_retry(draft);
+    consume_pending_retry(draft);
     draft.status.phase = Some(RolloutPhase::Halted);
     draft.status.current_stage = None;
     set_outcome(draft, Some(OUTCOME_HALTED));

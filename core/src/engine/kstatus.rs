@@ -17,7 +17,6 @@
 use configrollout_api::{CONTRACT_STAGE, GateVerdict, RolloutPhase, StageState, conditions};
 
 use super::Draft;
-use super::conditions::set;
 use super::stages::pending_regions;
 
 /// Which of the three the rollout is, with the reason and message to show.
@@ -40,15 +39,14 @@ pub(super) fn apply(draft: &mut Draft<'_>, summary: Summary, reason: &str, messa
     };
     let only_if = |on: bool| if on { message.clone() } else { String::new() };
     let (reconciling_message, stalled_message) = (only_if(reconciling), only_if(stalled));
-    set(draft, conditions::READY, ready, reason, message);
-    set(
-        draft,
+    draft.set_condition(conditions::READY, ready, reason, message);
+    draft.set_condition(
         conditions::RECONCILING,
         reconciling,
         reason,
         reconciling_message,
     );
-    set(draft, conditions::STALLED, stalled, reason, stalled_message);
+    draft.set_condition(conditions::STALLED, stalled, reason, stalled_message);
 }
 
 /// The summary of a rollout whose spec is valid, from its phase and the conditions

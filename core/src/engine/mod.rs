@@ -30,11 +30,13 @@ mod clock;
 pub mod collection;
 mod conditions;
 mod control;
+mod control_record;
 mod dispatch;
 mod expand_contract;
 mod failure;
 mod gate_windows;
 mod kstatus;
+pub mod label_selector;
 mod observations;
 pub mod ownership;
 mod regions;
@@ -146,6 +148,19 @@ impl<'a> Before<'a> {
 }
 
 impl<'a> Draft<'a> {
+    /// Sets one condition, keeping its transition time unless the status flips.
+    fn set_condition(&mut self, type_: &str, status: bool, reason: &str, message: String) {
+        configrollout_api::conditions::set(
+            &mut self.status.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            Some(self.obs.generation),
+            clock::to_time(self.now),
+        );
+    }
+
     fn new(
         spec: &'a ConfigRolloutSpec,
         mut status: ConfigRolloutStatus,

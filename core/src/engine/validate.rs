@@ -14,7 +14,7 @@ use configrollout_api::{
     MAX_TARGET_NAME_LENGTH, PAUSE_CEILING, Pause, parse_duration,
 };
 
-use super::selection::{requirement_is_valid, server_selector};
+use super::label_selector::{requirement_is_valid, server_selector};
 
 /// One problem with a spec, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
