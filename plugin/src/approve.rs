@@ -11,14 +11,14 @@ use std::io::{BufRead, IsTerminal, Write};
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use super::commands::{Hub, Say};
+use super::approval_pin::current_record;
+use super::hub::{Hub, Say};
 use super::render;
 use super::{CliError, EXIT_COMPLETE};
-use configrollout_api::{ConfigRollout, RevisionRecord, StageApproval, StageApprovalSpec};
+use configrollout_api::{ConfigRollout, StageApproval, StageApprovalSpec};
 
-/// Shortest digest prefix `--digest` accepts: enough that no two revisions of a rollout
-/// share it by chance.
-pub const MIN_DIGEST_PREFIX: usize = 12;
+pub use super::approval_pin::{MIN_DIGEST_PREFIX, approvable, short_digest};
+
 /// Key names listed in a summary, at most.
 const MAX_KEYS_SHOWN: usize = 20;
 
@@ -31,25 +31,6 @@ pub struct Reviewed {
     pub revision: String,
     /// Its digest, or a prefix of it.
     pub digest: Option<String>,
-}
-
-/// The revision an approval would name now, as `get` and the dashboard show it: its name
-/// and short digest.
-pub fn approvable(rollout: &ConfigRollout) -> Option<(String, String)> {
-    let record = current_record(rollout)?;
-    Some((record.name.clone(), short_digest(record.digest.as_deref()?)))
-}
-
-/// The digest as shown: the part after any `algorithm:` prefix, cut to
-/// [`MIN_DIGEST_PREFIX`] characters.
-pub fn short_digest(digest: &str) -> String {
-    let hex = digest.rsplit(':').next().unwrap_or(digest);
-    hex.chars().take(MIN_DIGEST_PREFIX).collect()
-}
-
-/// The history record of the revision the rollout is rolling out now.
-pub(super) fn current_record(rollout: &ConfigRollout) -> Option<&RevisionRecord> {
-    rollout.status.as_ref()?.current_record()
 }
 
 /// Why an approval of `reviewed` may not be created for the rollout as it is now, if it

@@ -2,13 +2,17 @@
 //! rollouts, on the caller's own kubeconfig and identity.
 //!
 //! `args` is the command line, `commands` the API calls each command makes (every one
-//! bounded by `--request-timeout`), `render` what they print, as pure functions, and
-//! `dashboard` the local web UI (`kubectl configrollout dashboard`).
+//! bounded by `--request-timeout`) on `hub`, the caller's client, `render` what they
+//! print, as pure functions, and `dashboard` the local web UI
+//! (`kubectl configrollout dashboard`).
 
+mod approval_pin;
 mod approve;
 mod args;
 mod commands;
+mod control;
 pub mod dashboard;
+mod hub;
 pub mod render;
 mod repair;
 mod rotate_key;

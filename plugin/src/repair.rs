@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::commands::Hub;
+use super::hub::Hub;
 use super::{CliError, EXIT_COMPLETE};
 use configrollout_clusters::regions::repair::{Repair, repair_state};
 use configrollout_core::crdt::Replica;

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 
-use super::commands::Hub;
+use super::hub::Hub;
 use super::{CliError, EXIT_COMPLETE};
 use configrollout_api::ConfigRollout;
 use configrollout_clusters::hub::digest_keys::{self, KEY_FIELD, PREVIOUS_KEY_FIELD};

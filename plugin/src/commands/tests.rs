@@ -1,4 +1,4 @@
-use super::*;
+use super::lint::{LintReport, lint_text};
 
 const VALID: &str = "\
 apiVersion: configrollout.dev/v1alpha1

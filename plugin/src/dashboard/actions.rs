@@ -6,7 +6,7 @@ use hyper::StatusCode;
 
 use crate::CliError;
 use crate::approve::Reviewed;
-use crate::commands::Hub;
+use crate::hub::Hub;
 use configrollout_api::annotations::{ABORT_ANNOTATION, RETRY_ANNOTATION};
 
 /// The verbs a POST may name.

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use kube::api::{Api, ListParams};
 
-use super::commands::Hub;
+use super::hub::Hub;
 use super::{CliError, EXIT_COMPLETE};
 use configrollout_api::ConfigRollout;
 

@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams};
 
 use super::history::history_diffs;
 use super::timeline::EventLine;
-use crate::commands::Hub;
+use crate::hub::Hub;
 use crate::render::KeyChange;
 use configrollout_api::CONTROLLER_NAME;
 use configrollout_api::ConfigRollout;

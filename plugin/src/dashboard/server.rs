@@ -29,7 +29,7 @@ use super::rollout::rollout_live;
 use super::session::{Login, Session};
 use super::store::Store;
 use super::{actions, reads};
-use crate::commands::Hub;
+use crate::hub::Hub;
 use configrollout_api::ConfigRollout;
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;

@@ -1,7 +1,15 @@
 //! Snapshot tests of the renderings: representative statuses, written as the controller
 //! writes them, and the exact text a person sees.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::tree::gate_node;
 use super::*;
+use configrollout_api::{
+    CONTRACT_STAGE, ConfigRollout, GateStatus, RolloutPhase, StageState, conditions,
+};
 
 /// A rollout of three regions in two stages (prod needs an approval), one gate, with the
 /// status given as YAML.
