@@ -10,28 +10,33 @@
 //! them again, and what the region stored is the objects its write answers returned:
 //! a publish costs its writes, not two reads before and two after.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, PostParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::Api;
 
 use super::RegionError;
 use super::materialize::{
-    self, Compaction, CompanionView, DIGEST_ANNOTATION, MergeRequest, Plan, REVISION_ANNOTATION,
-    ROLLOUT_ANNOTATION, STATE_KEY, STATE_KEY_ID_ANNOTATION, STATE_MAC_ANNOTATION, TargetView,
+    Compaction, CompanionView, DIGEST_ANNOTATION, STATE_KEY, STATE_KEY_ID_ANNOTATION,
+    STATE_MAC_ANNOTATION, TargetView,
 };
 use super::object_cache::{Known, RegionObjects};
 use crate::api_call;
 use configrollout_api::DriftPolicy;
-use configrollout_core::crdt::{self, Delta, DigestKey, MacCheck, Replica, Stamp, WriterId};
+use configrollout_core::crdt::{self, DigestKey, MacCheck, Replica, Stamp, WriterId};
+
+mod companion;
+mod inspection;
+mod write;
+
+pub(super) use companion::signed_companion;
+pub use companion::{StateSignature, sign_with_current_key};
+pub use inspection::inspect;
+pub use write::materialize;
 
 /// How long one API call may take before the region counts as unreachable for this pass.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many times a conflicting write is re-read and re-planned before giving up.
-const MAX_ATTEMPTS: u32 = 5;
 /// Field manager of every write the controller makes in a region.
 pub const FIELD_MANAGER: &str = "configrollout";
 
@@ -75,149 +80,6 @@ pub struct Materialized {
     pub overridden_keys: Vec<String>,
     /// Writes this call made (0 when the region already held the delta).
     pub writes: u32,
-}
-
-/// Merges the delta `delta_for` builds from the region's current replica (a revision's
-/// publication ignores it; a rollback is computed from it, on every attempt, so a write
-/// that lands in between is never reverted by a stale computation). Reads back the result.
-/// A write refused as a conflict is reported to [`TargetObject::on_conflict`], then both
-/// objects are read again.
-///
-/// `first_read` is what an [`inspect`] of the same target read moments ago: the first
-/// attempt plans from it (a stale one only costs a conflict and a fresh read).
-pub async fn materialize(
-    client: &Client,
-    key: &DigestKey,
-    target: &TargetObject<'_>,
-    drift: DriftHandling<'_>,
-    first_read: Option<Snapshot>,
-    delta_for: impl Fn(&Replica) -> Result<Delta, RegionError>,
-) -> Result<Materialized, RegionError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), target.namespace);
-    let companion_name = materialize::companion_name(target.name)?;
-    let identity = Identity {
-        key,
-        namespace: target.namespace,
-        name: target.name,
-    };
-    let mut writes = 0;
-    let mut first_read = first_read.map(|snapshot| snapshot.0);
-    for _ in 0..MAX_ATTEMPTS {
-        // After a conflict the region is read: what memory holds is what was refused.
-        let current = match first_read.take() {
-            Some(read) => read,
-            None => {
-                read_pair(
-                    &api,
-                    target.name,
-                    &companion_name,
-                    target.objects,
-                    ReadFrom::Fresh,
-                )
-                .await?
-            }
-        };
-        match current.ownership(identity) {
-            Ownership::Unmanaged if !target.adopt => {
-                return Err(RegionError::UnmanagedTarget {
-                    namespace: target.namespace.to_owned(),
-                    name: target.name.to_owned(),
-                });
-            }
-            Ownership::ForeignCompanion => {
-                return Err(RegionError::ForeignCompanion {
-                    namespace: target.namespace.to_owned(),
-                    name: companion_name,
-                });
-            }
-            Ownership::TamperedCompanion => {
-                return Err(RegionError::TamperedCompanion {
-                    namespace: target.namespace.to_owned(),
-                    name: companion_name,
-                });
-            }
-            _ => {}
-        }
-        let replica = match current
-            .companion_view
-            .as_ref()
-            .and_then(|c| c.state.as_deref())
-        {
-            Some(text) => crdt::decode(text).map_err(|source| RegionError::MalformedCompanion {
-                reason: source.to_string(),
-            })?,
-            None => Replica::new(),
-        };
-        let delta = delta_for(&replica)?;
-        if let Some(key) = binary_key(current.target.as_ref(), &delta) {
-            return Err(RegionError::BinaryDataKey {
-                namespace: target.namespace.to_owned(),
-                name: target.name.to_owned(),
-                key,
-            });
-        }
-        let plan = materialize::plan(
-            key,
-            current.target_view.as_ref(),
-            current.companion_view.as_ref(),
-            MergeRequest {
-                delta: &delta,
-                drift_policy: drift.policy,
-                adopt_stamp: drift.adopt_stamp,
-                compaction: target.compaction,
-                owner: drift.owner,
-            },
-        )?;
-        match write_plan(
-            &api,
-            identity,
-            target,
-            &companion_name,
-            current,
-            &plan,
-            &mut writes,
-        )
-        .await
-        {
-            Ok(stored) => {
-                if let Some(objects) = target.objects {
-                    objects.saw(target.name, stored.target.as_ref());
-                    objects.saw(&companion_name, stored.companion.as_ref());
-                }
-                let inspection = inspection_of(identity, stored)?;
-                if inspection.target_digest.as_deref() != Some(inspection.digest.as_str()) {
-                    return Err(RegionError::ReadBackMismatch);
-                }
-                return Ok(Materialized {
-                    digest: inspection.digest,
-                    drifted_keys: inspection.drifted_keys,
-                    overridden_keys: inspection.overridden_keys,
-                    writes,
-                });
-            }
-            Err(RegionError::Call(error)) if error.is_conflict() => {
-                (target.on_conflict)();
-                tracing::debug!(
-                    target = target.name,
-                    "conflicting write in region; reading again"
-                );
-            }
-            Err(error) => return Err(error),
-        }
-    }
-    Err(RegionError::TooManyConflicts {
-        attempts: MAX_ATTEMPTS,
-    })
-}
-
-/// The first key `delta` writes that the target holds in `binaryData`.
-fn binary_key(target: Option<&ConfigMap>, delta: &Delta) -> Option<String> {
-    let binary = target?.binary_data.as_ref()?;
-    delta
-        .iter()
-        .map(|(key, _)| key)
-        .find(|key| binary.contains_key(*key))
-        .map(str::to_owned)
 }
 
 /// What to do with keys edited out of band, for [`materialize`].
@@ -285,184 +147,6 @@ pub(super) struct Identity<'a> {
     pub(super) key: &'a DigestKey,
     pub(super) namespace: &'a str,
     pub(super) name: &'a str,
-}
-
-/// Reads the region's replica for the target `namespace/name`: the evidence of what it
-/// holds. Writes nothing. What `objects` knows to be current is not read again.
-pub async fn inspect(
-    client: &Client,
-    key: &DigestKey,
-    namespace: &str,
-    name: &str,
-    objects: Option<&RegionObjects<'_>>,
-) -> Result<Inspection, RegionError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let companion_name = materialize::companion_name(name)?;
-    let current = read_pair(&api, name, &companion_name, objects, ReadFrom::FromMemory).await?;
-    inspection_of(
-        Identity {
-            key,
-            namespace,
-            name,
-        },
-        current,
-    )
-}
-
-/// What `current` holds: the replica, its digest, drift and overrides. A companion that
-/// is not trusted (foreign or tampered) is read as no state at all, and said so.
-fn inspection_of(identity: Identity<'_>, current: Pair) -> Result<Inspection, RegionError> {
-    let key = identity.key;
-    let ownership = current.ownership(identity);
-    let trusted = !matches!(
-        ownership,
-        Ownership::ForeignCompanion | Ownership::TamperedCompanion
-    );
-    let target_digest = current
-        .target_view
-        .as_ref()
-        .and_then(|view| view.digest.clone());
-    if !trusted {
-        // No state at all: nothing of it is read, not even to find drift.
-        let replica = Replica::new();
-        return Ok(Inspection {
-            digest: crdt::revision_digest(key, &replica),
-            replica,
-            target_digest,
-            drifted_keys: Vec::new(),
-            overridden_keys: Vec::new(),
-            ownership,
-            signature: current.signature(identity),
-            read: Snapshot(current),
-        });
-    }
-    let plan = materialize::plan(
-        key,
-        current.target_view.as_ref(),
-        current.companion_view.as_ref(),
-        MergeRequest {
-            delta: &Delta::new(),
-            drift_policy: &DriftPolicy::Report,
-            adopt_stamp: None,
-            compaction: Compaction::default(),
-            owner: None,
-        },
-    )?;
-    Ok(Inspection {
-        replica: plan.replica,
-        digest: plan.digest,
-        target_digest,
-        drifted_keys: plan.drifted_keys,
-        overridden_keys: plan.overridden_keys,
-        ownership,
-        signature: current.signature(identity),
-        read: Snapshot(current),
-    })
-}
-
-/// Which key signed a companion's state, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StateSignature {
-    /// Nothing to sign: no companion, or one without a state.
-    NoState,
-    /// The key in use.
-    Current,
-    /// The key the one in use replaced (a rotation under way): trusted, and signed again
-    /// with the current key at the next read.
-    Previous,
-    /// No MAC at all: trusted only while the key accepts unsigned states (an upgrade
-    /// aid), and then signed at the next read.
-    Unsigned,
-    /// Neither key: edited outside configrollout, or signed by a key this process does
-    /// not hold yet. `claimed_key_id` is the key id the companion names, if any: one the
-    /// process does not know is worth a fresh read of the key Secret before calling the
-    /// state tampered.
-    Mismatch {
-        /// The companion's `configrollout.dev/state-key-id`, if it has one.
-        claimed_key_id: Option<String>,
-    },
-}
-
-impl StateSignature {
-    /// Whether the state must be signed again with the current key (it is trusted, but
-    /// not under that key).
-    pub fn needs_signing(&self, key: &DigestKey) -> bool {
-        match self {
-            StateSignature::Previous => true,
-            StateSignature::Unsigned => key.accepts_unsigned_states(),
-            _ => false,
-        }
-    }
-
-    /// The id of the key the state is signed with, when it is one this process holds.
-    pub fn key_id(&self, key: &DigestKey) -> Option<String> {
-        match self {
-            StateSignature::Current => Some(key.id()),
-            StateSignature::Previous => key.previous_id(),
-            _ => None,
-        }
-    }
-}
-
-/// Signs again, in place, a companion state the key trusts but did not sign with its
-/// current key: one signed with the key a rotation replaced, or one without a MAC (a
-/// release before MACs wrote it, trusted because the key accepts unsigned states). Reads
-/// it fresh, and writes the MAC and key id annotations only if it still needs them and
-/// decodes, conditionally on the version read, noting the result in `objects`. Returns
-/// whether it wrote. `may_write` is asked just before the write.
-pub async fn sign_with_current_key(
-    client: &Client,
-    key: &DigestKey,
-    namespace: &str,
-    name: &str,
-    may_write: &(dyn Fn() -> bool + Send + Sync),
-    objects: Option<&RegionObjects<'_>>,
-) -> Result<bool, RegionError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let companion_name = materialize::companion_name(name)?;
-    let current = read_pair(&api, name, &companion_name, None, ReadFrom::Fresh).await?;
-    let identity = Identity {
-        key,
-        namespace,
-        name,
-    };
-    if !current.signature(identity).needs_signing(key)
-        || current.ownership(identity) != Ownership::Managed
-    {
-        return Ok(false);
-    }
-    let Some(mut companion) = current.companion else {
-        return Ok(false);
-    };
-    let Some(state) = companion
-        .data
-        .as_ref()
-        .and_then(|data| data.get(STATE_KEY))
-        .cloned()
-    else {
-        return Ok(false);
-    };
-    crdt::decode(&state).map_err(|source| RegionError::MalformedCompanion {
-        reason: source.to_string(),
-    })?;
-    sign(&mut companion, identity, &state);
-    if !may_write() {
-        return Err(RegionError::NotLeader);
-    }
-    let params = PostParams {
-        dry_run: false,
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-    };
-    let written = call(
-        "sign companion",
-        api.replace(&companion_name, &params, &companion),
-    )
-    .await?;
-    // The next read takes the signed version from memory, not the unsigned one.
-    if let Some(objects) = objects {
-        objects.saw(&companion_name, Some(&written));
-    }
-    Ok(true)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -603,171 +287,6 @@ impl Pair {
             companion_view,
         }
     }
-}
-
-/// Writes the companion, then the target, counting in `writes` each write that the region
-/// accepted, and returns both objects as the region stored them (its answers to the
-/// writes, or `current` where nothing was written). A new target is created first without the
-/// digest (so a crash before its companion exists leaves an unmanaged ConfigMap, not a
-/// managed one without state), then the companion owned by it, then the digest.
-async fn write_plan(
-    api: &Api<ConfigMap>,
-    identity: Identity<'_>,
-    target: &TargetObject<'_>,
-    companion_name: &str,
-    current: Pair,
-    plan: &Plan,
-    writes: &mut u32,
-) -> Result<Pair, RegionError> {
-    let params = PostParams {
-        dry_run: false,
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-    };
-    let annotate = |object: &mut ConfigMap| {
-        let annotations = object.annotations_mut();
-        annotations.insert(DIGEST_ANNOTATION.to_owned(), plan.digest.clone());
-        if let Some(revision) = target.revision {
-            annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_owned());
-        }
-        if let Some(rollout) = target.rollout {
-            annotations.insert(ROLLOUT_ANNOTATION.to_owned(), rollout.to_owned());
-        }
-    };
-    // A new target is created whole, so that a first publish writes it once; the
-    // companion follows, owned by it (see `plan` for an interrupted creation).
-    let Pair {
-        target: current_target,
-        companion: current_companion,
-        ..
-    } = current;
-    let (target_object, created) = match current_target {
-        Some(existing) => (existing, false),
-        None => {
-            let mut fresh = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(target.name.to_owned()),
-                    namespace: Some(target.namespace.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                data: Some(plan.target_data.clone()),
-                ..ConfigMap::default()
-            };
-            annotate(&mut fresh);
-            fence(target)?;
-            let created = call("create target", api.create(&params, &fresh)).await?;
-            *writes += 1;
-            (created, true)
-        }
-    };
-
-    let companion_existed = current_companion.is_some();
-    let mut stored_companion = current_companion;
-    if plan.companion_changed {
-        let companion = signed_companion(
-            stored_companion.take(),
-            &target_object,
-            identity,
-            &plan.digest,
-            plan.encoded_state.clone(),
-        );
-        fence(target)?;
-        let written = if companion_existed {
-            call(
-                "write companion",
-                api.replace(companion_name, &params, &companion),
-            )
-            .await?
-        } else {
-            call("create companion", api.create(&params, &companion)).await?
-        };
-        *writes += 1;
-        stored_companion = Some(written);
-    }
-
-    let needs_target_write = !created
-        && (plan.target_changed
-            || target.revision.is_some_and(|revision| {
-                target_object
-                    .annotations()
-                    .get(REVISION_ANNOTATION)
-                    .map(String::as_str)
-                    != Some(revision)
-            }));
-    let stored_target = if needs_target_write {
-        let mut updated = target_object;
-        updated.data = Some(plan.target_data.clone());
-        annotate(&mut updated);
-        fence(target)?;
-        let written = call("write target", api.replace(target.name, &params, &updated)).await?;
-        *writes += 1;
-        written
-    } else {
-        target_object
-    };
-    Ok(Pair::of(Some(stored_target), stored_companion))
-}
-
-/// The companion of `target` holding `encoded_state`, with its digest and its MAC for
-/// `identity`: `existing` updated (keeping its resourceVersion, so that a replace is
-/// conditional), or a new one owned by the target.
-pub(super) fn signed_companion(
-    existing: Option<ConfigMap>,
-    target: &ConfigMap,
-    identity: Identity<'_>,
-    digest: &str,
-    encoded_state: String,
-) -> ConfigMap {
-    let mut companion = existing.unwrap_or_else(|| ConfigMap {
-        metadata: ObjectMeta {
-            name: materialize::companion_name(identity.name).ok(),
-            namespace: Some(identity.namespace.to_owned()),
-            owner_references: owner_of(target).map(|owner| vec![owner]),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    });
-    companion
-        .annotations_mut()
-        .insert(DIGEST_ANNOTATION.to_owned(), digest.to_owned());
-    sign(&mut companion, identity, &encoded_state);
-    companion.data = Some(BTreeMap::from([(STATE_KEY.to_owned(), encoded_state)]));
-    companion
-}
-
-/// Puts the MAC of `encoded_state` for `identity`'s target on `companion`, and the id of
-/// the key that made it (public: it tells a process that has not read a rotated key yet
-/// from a forgery).
-fn sign(companion: &mut ConfigMap, identity: Identity<'_>, encoded_state: &str) {
-    let annotations = companion.annotations_mut();
-    annotations.insert(
-        STATE_MAC_ANNOTATION.to_owned(),
-        crdt::state_mac(
-            identity.key,
-            identity.namespace,
-            identity.name,
-            encoded_state,
-        ),
-    );
-    annotations.insert(STATE_KEY_ID_ANNOTATION.to_owned(), identity.key.id());
-}
-
-fn fence(target: &TargetObject<'_>) -> Result<(), RegionError> {
-    if (target.may_write)() {
-        Ok(())
-    } else {
-        Err(RegionError::NotLeader)
-    }
-}
-
-fn owner_of(target: &ConfigMap) -> Option<OwnerReference> {
-    Some(OwnerReference {
-        api_version: ConfigMap::api_version(&()).into_owned(),
-        kind: ConfigMap::kind(&()).into_owned(),
-        name: target.metadata.name.clone()?,
-        uid: target.metadata.uid.clone()?,
-        controller: Some(false),
-        block_owner_deletion: None,
-    })
 }
 
 /// Runs one region API call with [`CALL_TIMEOUT`].
