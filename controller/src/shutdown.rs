@@ -13,7 +13,7 @@
 //!
 //! Steps 3 and 4 are bounded too (6 s and 2 s), so the process exits within the
 //! Deployment's 30 s grace period whatever the hub does, and never leads again once
-//! stopping (`app::lead_and_work` lets a stop win over leadership).
+//! stopping (`app::work::lead_and_work` lets a stop win over leadership).
 
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 

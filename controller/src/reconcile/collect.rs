@@ -189,4 +189,3 @@ pub(super) fn collected_through(rollout: &ConfigRollout) -> Option<Stamp> {
         }
     }
 }
-

@@ -17,10 +17,10 @@ use configrollout_api::{
 };
 
 use super::clock::{after, from_time, spec_duration};
+use super::control_record::consume_pending_retry;
 use super::observations::Observations;
 use super::revisions::{OUTCOME_HALTED, OUTCOME_ROLLED_BACK, set_outcome};
 use super::selection::StagePlan;
-use super::control_record::consume_pending_retry;
 use super::{Draft, EventType};
 
 /// Fails the stage at `index` and applies `onFailure`.
