@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var fixtureDir = filepath.Join("..", "..", "controller", "tests", "fixtures")
+var fixtureDir = filepath.Join("..", "..", "api", "tests", "fixtures")
 
 func kinds(t *testing.T) map[string]*Kind {
 	t.Helper()
