@@ -15,8 +15,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+# The lab's scenarios (e2e/tests, one lab per binary) run two at a time (scripts/run-labs);
+# everything else as cargo runs it.
 unit:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked --exclude configrollout-e2e
+	$(CARGO) test --locked -p configrollout-e2e --lib --bins
+	CARGO=$(CARGO) bash scripts/run-labs
 
 # The CRDT, engine, hostile-spec, rollout-sequence, approval and tenancy properties at
 # 100,000 cases each
