@@ -2,6 +2,8 @@
 //! `StageApproval`, their schemas (with the CEL validation the apiserver enforces) and
 //! the condition types the controller sets.
 
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
+
 pub mod annotations;
 mod approval;
 pub mod author_stamp;

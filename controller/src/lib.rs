@@ -7,6 +7,8 @@
 
 pub mod app;
 pub mod leader;
+// A Prometheus answer is a tenant's query's answer: every sum on it is checked.
+#[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod prometheus;
 pub mod reconcile;
 pub mod shutdown;
