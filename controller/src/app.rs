@@ -17,6 +17,7 @@ use kube::api::{Api, ListParams};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::api::CONTROLLER_NAME;
 use crate::api::ConfigRollout;
 use crate::crdt::{Hlc, LaggingClock, WriterId};
 use crate::leader::{LeaderElector, LeaderError, LeaderState, LeaseConfig, ShardElector, Shards};
@@ -30,14 +31,9 @@ use crate::telemetry::logging;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::panics;
 use digest_keys::DigestKeys;
+pub use options::Options;
 use start::{ensure_digest_key, hub_clients};
 use work::{follow_secret_versions, lead_and_work, probe_regions};
-// The tests (`use super::*`) name these; only the flags, now in `options`, use them.
-#[cfg(test)]
-use crate::{prometheus::ResponseLimits, telemetry::logging::LogFormat};
-
-pub use crate::api::CONTROLLER_NAME;
-pub use options::Options;
 
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

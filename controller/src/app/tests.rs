@@ -1,4 +1,6 @@
 use super::*;
+use crate::prometheus::ResponseLimits;
+use crate::telemetry::logging::LogFormat;
 
 fn parse(args: &[&str]) -> Result<Options, clap::Error> {
     Options::parse_args(std::iter::once(&CONTROLLER_NAME).chain(args))

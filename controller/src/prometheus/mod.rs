@@ -28,10 +28,6 @@ use sha2::{Digest, Sha256};
 use crate::gates::provider::{Access, Authorization, GateProvider, SampleFuture, SampleSource};
 use crate::gates::verdict::{Answer, QueryResult};
 use answer::parse_answer;
-// The tests (`use super::*`) name these; only the answer decoder, now in `answer`, uses them.
-#[cfg(test)]
-use {crate::gates::verdict::Labels, chrono::DateTime};
-
 /// How long one query may take, end to end, before the sample is Inconclusive.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most gate queries one controller has in flight, to all Prometheus servers together:

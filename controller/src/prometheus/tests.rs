@@ -1,5 +1,7 @@
 use super::*;
 use crate::gates::Credentials;
+use crate::gates::verdict::Labels;
+use chrono::DateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
