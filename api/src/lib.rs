@@ -84,6 +84,15 @@ fn unobserved_until_written(mut crd: CustomResourceDefinition) -> CustomResource
     crd
 }
 
+/// YAML as the project writes it (`crds/`, the chart's generated files, `get -o yaml`): a
+/// long string on one line, as a reviewer greps a rule or a message, a multi-line one a
+/// literal block; control characters escaped.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    serde_saphyr::to_string_with_options(value, options)
+}
+
 /// Each CRD as `(file name, YAML)`, file named after the CRD (e.g.
 /// `configrollouts.configrollout.dev.yaml`), the form committed under `crds/`.
 pub fn crds_yaml() -> Result<Vec<(String, String)>, ApiError> {
@@ -91,11 +100,7 @@ pub fn crds_yaml() -> Result<Vec<(String, String)>, ApiError> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().ok_or(ApiError::UnnamedCrd)?;
-            // A long rule or message stays on one line (reviewers grep them), a multi-line
-            // description stays a literal block.
-            let mut options = serde_saphyr::SerializerOptions::default();
-            options.folded_wrap_chars = usize::MAX;
-            let body = serde_saphyr::to_string_with_options(&crd, options).map_err(|source| ApiError::CrdYaml {
+            let body = to_yaml(&crd).map_err(|source| ApiError::CrdYaml {
                 name: name.clone(),
                 source,
             })?;

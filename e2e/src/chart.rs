@@ -267,22 +267,14 @@ pub fn rule_file(rendered: &str) -> Result<String, LabError> {
     let rule = one_of_kind(rendered, "PrometheusRule")?;
     let mut file = serde_json::Map::new();
     file.insert("groups".into(), rule["spec"]["groups"].clone());
-    to_yaml_text(&Value::Object(file)).map_err(|e| LabError::BadResponse {
+    configrollout::api::to_yaml(&Value::Object(file)).map_err(|e| LabError::BadResponse {
         context: "write rule file".into(),
         detail: e.to_string(),
     })
 }
 
-/// YAML as the committed files hold it: keys in order, a long string on one line (as
-/// `crds/`, so that an expression reads whole), a multi-line one a literal block.
-fn to_yaml_text(value: &Value) -> Result<String, serde_saphyr::SerializeError> {
-    let mut options = serde_saphyr::SerializerOptions::default();
-    options.folded_wrap_chars = usize::MAX;
-    serde_saphyr::to_string_with_options(value, options)
-}
-
 fn to_yaml(object: &Value) -> Result<String, LabError> {
-    to_yaml_text(object).map_err(|e| LabError::BadResponse {
+    configrollout::api::to_yaml(object).map_err(|e| LabError::BadResponse {
         context: "write YAML".into(),
         detail: e.to_string(),
     })

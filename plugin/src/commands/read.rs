@@ -80,7 +80,7 @@ impl Hub {
                 Some(OutputFormat::Json) => serde_json::to_string_pretty(rollout)
                     .map(|text| text + "\n")
                     .map_err(|e| CliError::Message(format!("rendering JSON: {e}"))),
-                Some(OutputFormat::Yaml) => serde_saphyr::to_string(rollout)
+                Some(OutputFormat::Yaml) => configrollout_api::to_yaml(rollout)
                     .map_err(|e| CliError::Message(format!("rendering YAML: {e}"))),
             }
         };
