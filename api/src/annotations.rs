@@ -18,3 +18,7 @@ pub const SOURCE_LABEL: &str = "configrollout.dev/source";
 /// (see [`crate::author_stamp`]), stamped by the apiserver
 /// (`policies/source-author.yaml`), never by a client.
 pub const SOURCE_AUTHOR_ANNOTATION: &str = "configrollout.dev/data-author";
+/// Who last changed a ConfigSchema's or ClusterConfigSchema's spec, stamped by the
+/// apiserver (`policies/schema-author.yaml`); recorded with each revision the schema
+/// validated.
+pub const SCHEMA_AUTHOR_ANNOTATION: &str = "configrollout.dev/schema-author";

@@ -9,6 +9,8 @@ mod approval;
 pub mod author_stamp;
 pub mod claim;
 pub mod conditions;
+mod config_schema;
+mod config_validator;
 pub mod duration;
 mod region;
 mod rollout;
@@ -17,6 +19,8 @@ pub mod text;
 
 pub use approval::*;
 pub use claim::*;
+pub use config_schema::*;
+pub use config_validator::*;
 pub use duration::{
     Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
     GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
@@ -60,6 +64,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         unobserved_until_written(Region::crd()),
         StageApproval::crd(),
         TargetClaim::crd(),
+        ConfigSchema::crd(),
+        ClusterConfigSchema::crd(),
+        ClusterConfigValidator::crd(),
     ]
 }
 

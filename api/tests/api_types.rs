@@ -275,6 +275,7 @@ fn full_status_round_trips() {
             outcome: None,
             authors: Vec::new(),
             authors_unknown: None,
+            schemas: Vec::new(),
         }],
         conditions: vec![Condition {
             type_: api::conditions::AWAITING_APPROVAL.into(),

@@ -211,6 +211,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
         namespace_shares: reconcile::fair_share::NamespaceShares::new(usize::from(
             reconcile::MAX_CONCURRENT_RECONCILES,
         )),
+        value_checks: reconcile::value_checks::ValueChecks::new(options.namespace.clone()),
     });
 
     // A rotated key reaches this process without a restart. The task ends with the

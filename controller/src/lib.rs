@@ -13,6 +13,7 @@ pub mod prometheus;
 pub mod reconcile;
 pub mod shutdown;
 pub mod telemetry;
+pub mod validators;
 
 // The layers below, under the names every module here has always used them by.
 pub use configrollout_api as api;

@@ -7,9 +7,12 @@
 //! - [`engine`]: the rollout state machine (`engine::decide`, `engine::settle`).
 //! - [`gates`]: the gate condition grammar, query templates, the verdict of one sample
 //!   and the `GateProvider` seam a backend plugs into.
+//! - [`values`]: ConfigSchema checks of a candidate's key/values (per-key types, JSON
+//!   Schema, CEL rules), compiled once and checked many times.
 
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 pub mod crdt;
 pub mod engine;
 pub mod gates;
+pub mod values;

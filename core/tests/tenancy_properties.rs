@@ -70,6 +70,7 @@ fn grant_choice() -> impl Strategy<Value = Grant> {
                     .collect::<BTreeSet<_>>()
             }),
             adoption,
+            required_schemas: BTreeSet::new(),
         })
 }
 

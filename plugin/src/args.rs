@@ -307,6 +307,12 @@ pub enum Command {
         /// The YAML file (one or more documents).
         #[arg(short = 'f', long = "filename", value_name = "FILE")]
         file: PathBuf,
+        /// A file of ConfigSchema or ClusterConfigSchema documents the rollouts' values
+        /// are checked against (repeatable). ConfigSchemas apply to the rollouts that
+        /// name them in spec.schemas, ClusterConfigSchemas to every rollout, as a grant
+        /// requiring them would. Schemas in the linted file itself count too.
+        #[arg(long = "schema", value_name = "FILE")]
+        schemas: Vec<PathBuf>,
     },
 }
 

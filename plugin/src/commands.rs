@@ -23,7 +23,7 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
     // `lint` is offline: only the other commands load the kubeconfig.
     let hub = || Hub::connect(&cli.global);
     match cli.command {
-        Command::Lint { file } => lint(&file),
+        Command::Lint { file, schemas } => lint(&file, &schemas),
         Command::List {
             all_namespaces,
             watch,

@@ -112,6 +112,13 @@ pub struct ConfigRolloutSpec {
     /// Exactly one of `data` and `fromConfigMap` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_config_map: Option<LocalObjectName>,
+    /// Schemas every candidate revision must satisfy before it is declared (besides the
+    /// ClusterConfigSchemas the namespace's grant requires). A schema dropped from this
+    /// list still applies to the next revision: a change cannot remove the rule it
+    /// breaks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::max_items(crate::MAX_ROLLOUT_SCHEMAS))]
+    pub schemas: Vec<crate::SchemaRef>,
     /// The stages, run in order. Stage names are unique.
     #[schemars(length(min = 1), transform = schema::max_items(MAX_STAGES))]
     pub stages: Vec<Stage>,

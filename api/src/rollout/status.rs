@@ -487,4 +487,29 @@ pub struct RevisionRecord {
     /// approval of it is refused with this reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authors_unknown: Option<String>,
+    /// The schemas it was validated against, as they were when it was declared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::max_items(crate::MAX_CHECKED_SCHEMAS))]
+    pub schemas: Vec<SchemaRecord>,
+}
+
+/// A schema a revision was validated against.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaRecord {
+    /// `ConfigSchema` or `ClusterConfigSchema`.
+    pub kind: crate::SchemaKind,
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.generation` then.
+    pub generation: i64,
+    /// Who last changed it, as the apiserver stamped it (annotation
+    /// `configrollout.dev/spec-author`), when stamped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// Checked only because the revision before was checked against it: the spec and
+    /// the grant no longer name it, and the revision after this one is not checked
+    /// against it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub carried: bool,
 }

@@ -14,7 +14,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim, conditions};
+use crate::api::{
+    ClusterConfigSchema, ClusterConfigValidator, ConfigRollout, ConfigSchema, Region,
+    StageApproval, TargetClaim, conditions,
+};
 use crate::leader::LeaderState;
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{self, Context, ReconcileError, region_status, revision_store, triggers};
@@ -156,7 +159,12 @@ async fn run_controller(
     let claims: Api<TargetClaim> = Api::all(watch_hub.clone());
     // Metadata is all a source's trigger needs: the data is read by the reconcile, and
     // is never held here.
-    let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub);
+    let sources: Api<PartialObjectMeta<ConfigMap>> = Api::all(watch_hub.clone());
+    // A schema or validator changed: the candidates it refused are judged again now
+    // rather than at their next idle requeue.
+    let schemas: Api<PartialObjectMeta<ConfigSchema>> = Api::all(watch_hub.clone());
+    let cluster_schemas: Api<PartialObjectMeta<ClusterConfigSchema>> = Api::all(watch_hub.clone());
+    let validators: Api<PartialObjectMeta<ClusterConfigValidator>> = Api::all(watch_hub);
     let controller = Controller::new(rollouts, watcher::Config::default()).with_config(
         kube::runtime::controller::Config::default()
             .concurrency(reconcile::MAX_CONCURRENT_RECONCILES),
@@ -229,9 +237,26 @@ async fn run_controller(
         // A rotated key: every rollout reads its regions now, signing their states with
         // it, rather than at its next idle requeue.
         .reconcile_all_on(ctx.digest_keys.changes())
-        .watches(sources, watcher::Config::default(), move |source| {
-            let namespace = source.namespace().unwrap_or_default();
-            triggers::rollouts_for_source(&cache.state(), &namespace, &source.name_any())
+        .watches(sources, watcher::Config::default(), {
+            let cache = cache.clone();
+            move |source| {
+                let namespace = source.namespace().unwrap_or_default();
+                triggers::rollouts_for_source(&cache.state(), &namespace, &source.name_any())
+            }
+        })
+        .watches(schemas, watcher::Config::default(), {
+            let cache = cache.clone();
+            move |schema| {
+                let namespace = schema.namespace().unwrap_or_default();
+                triggers::rollouts_refused_by_values(&cache.state(), Some(&namespace))
+            }
+        })
+        .watches(cluster_schemas, watcher::Config::default(), {
+            let cache = cache.clone();
+            move |_| triggers::rollouts_refused_by_values(&cache.state(), None)
+        })
+        .watches(validators, watcher::Config::default(), move |_| {
+            triggers::rollouts_refused_by_values(&cache.state(), None)
         })
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, error_policy, ctx)

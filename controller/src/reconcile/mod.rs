@@ -22,6 +22,7 @@ pub mod region_status;
 pub mod status_writer;
 mod superseded;
 pub mod triggers;
+pub mod value_checks;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,8 @@ pub struct Context {
     pub policies: admission_policies::PolicyCheck,
     /// The reconcile slots each namespace may hold at once.
     pub namespace_shares: fair_share::NamespaceShares,
+    /// Compiled schemas and external validators' verdicts on candidates.
+    pub value_checks: value_checks::ValueChecks,
 }
 
 impl Context {
@@ -269,9 +272,22 @@ async fn run_steps(
         .map_err(ReconcileError::Fetch)?;
     let mut validated = validate(rollout, &fetched, now, ctx.min_gate_interval)
         .map_err(ReconcileError::Validate)?;
+    // A candidate's values are checked once the spec is sound, before anything is
+    // claimed or written.
+    if validated.spec_errors.is_empty()
+        && value_checks::is_candidate(rollout, &fetched, &validated.desired)
+    {
+        let checked = value_checks::check(ctx, rollout, &fetched, &validated.desired)
+            .await
+            .map_err(ReconcileError::Validate)?;
+        validated.value_violations = checked.violations;
+        validated.checked_schemas = checked.schemas;
+        validated.retry_after = checked.retry_after;
+    }
     // Keys are claimed in the hub before any region is read, and only by a rollout the
     // engine will let write: one it refuses declares nothing (and keeps what it holds).
     let claimable = validated.spec_errors.is_empty()
+        && validated.value_violations.is_empty()
         && fetched.grant.check(&rollout.spec).is_empty()
         && engine::validate(&rollout.spec).is_empty()
         && rollout.metadata.uid.is_some();
@@ -348,6 +364,10 @@ async fn run_steps(
     };
     // A held status is written once its time comes, whatever the engine waits for.
     let requeue = held.map_or(requeue, |wait| requeue.min(wait));
+    // A validator that gave no verdict is asked again soon.
+    let requeue = validated
+        .retry_after
+        .map_or(requeue, |retry| requeue.min(retry));
     Ok(Action::requeue(requeue.clamp(MIN_REQUEUE, IDLE_REQUEUE)))
 }
 
@@ -491,6 +511,9 @@ fn validate(
         desired,
         spec_errors,
         claim_refusal: None,
+        value_violations: Vec::new(),
+        checked_schemas: Vec::new(),
+        retry_after: None,
     })
 }
 

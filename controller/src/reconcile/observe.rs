@@ -31,6 +31,12 @@ pub struct Validated {
     /// Why the rollout may not write now because another rollout owns some of its keys
     /// (the claim step's answer), reported as `InvalidSpec` (`TargetRefused`).
     pub claim_refusal: Option<String>,
+    /// Why the candidate's values are refused (see [`super::value_checks`]).
+    pub value_violations: Vec<String>,
+    /// The schemas the candidate was checked against.
+    pub checked_schemas: Vec<crate::api::SchemaRecord>,
+    /// When to look again because an external validator gave no verdict.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// What was read in each region (by Region name), for merges in the same reconcile.
@@ -129,7 +135,7 @@ pub async fn observe(
     let observations = Observations {
         generation: rollout.metadata.generation.unwrap_or_default(),
         desired: DesiredRevision {
-            digest: if !validated.spec_errors.is_empty() {
+            digest: if !validated.spec_errors.is_empty() || !validated.value_violations.is_empty() {
                 String::new()
             } else if let Some(recorded) = current
                 .filter(|revision| revision.declares(desired))
@@ -153,6 +159,8 @@ pub async fn observe(
         spec_errors: validated.spec_errors.clone(),
         grant: fetched.grant.clone(),
         target_refusals,
+        value_violations: validated.value_violations.clone(),
+        checked_schemas: validated.checked_schemas.clone(),
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         revision_authors: RevisionAuthors::stamped(

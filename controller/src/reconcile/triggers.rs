@@ -126,6 +126,28 @@ pub fn rollouts_for_source(
         .collect()
 }
 
+/// The rollouts whose candidate revision is refused by its values (`InvalidSpec` with
+/// reason `InvalidValue`), in `namespace` or, for a cluster-scoped schema or validator
+/// (`None`), anywhere: a change of a schema or validator can only matter to a candidate
+/// not yet declared, as a declared revision is never judged again.
+pub fn rollouts_refused_by_values(
+    rollouts: &[Arc<ConfigRollout>],
+    namespace: Option<&str>,
+) -> Vec<ObjectRef<ConfigRollout>> {
+    rollouts
+        .iter()
+        .filter(|rollout| {
+            namespace.is_none_or(|namespace| rollout.namespace().as_deref() == Some(namespace))
+                && rollout.status.as_ref().is_some_and(|status| {
+                    status
+                        .true_condition(crate::api::conditions::INVALID_SPEC)
+                        .is_some_and(|condition| condition.reason == engine::REASON_INVALID_VALUE)
+                })
+        })
+        .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

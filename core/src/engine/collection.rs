@@ -268,6 +268,7 @@ mod tests {
                     outcome: None,
                     authors: Vec::new(),
                     authors_unknown: None,
+                    schemas: Vec::new(),
                 })
                 .collect(),
             ..Default::default()

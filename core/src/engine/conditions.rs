@@ -31,6 +31,9 @@ pub(super) const REASON_OUTSIDE_GRANT: &str = "OutsideGrant";
 /// `InvalidSpec` reason: a region's target may not be written by this rollout (it exists
 /// unmanaged, or another rollout manages one of its keys).
 pub(super) const REASON_TARGET_REFUSED: &str = "TargetRefused";
+/// `InvalidSpec` reason: the candidate revision's key/values break a ConfigSchema, a
+/// ClusterConfigSchema or an external validator; it is not declared.
+pub const REASON_INVALID_VALUE: &str = "InvalidValue";
 /// `InvalidSpec` reason: anything else the schema cannot check.
 pub(super) const REASON_INVALID_SPEC: &str = "InvalidSpec";
 

@@ -55,6 +55,7 @@ use configrollout_api::conditions::ROLLOUT_CONDITION_TYPES;
 use configrollout_api::{ConfigRolloutSpec, ConfigRolloutStatus, RevisionStep, RolloutPhase};
 
 pub use actions::{Action, Decision, EventType, SampleTally};
+pub use conditions::REASON_INVALID_VALUE;
 pub use conditions::reconcile_failed;
 pub use gate_windows::{
     DEFAULT_GATE_SETTLE_TIME, GateSampleRequest, done_shows_consumers_loaded, gates_due,
@@ -201,10 +202,14 @@ impl<'a> Draft<'a> {
             .chain(revisions::retarget_error(self))
             .chain(self.obs.spec_errors.iter().cloned())
             .chain(self.obs.target_refusals.iter().cloned())
+            .chain(self.obs.value_violations.iter().cloned())
             .collect();
         if !errors.is_empty() {
+            let only_values = errors.len() == self.obs.value_violations.len();
             let reason = if !outside_grant.is_empty() {
                 conditions::REASON_OUTSIDE_GRANT
+            } else if only_values {
+                conditions::REASON_INVALID_VALUE
             } else if !self.obs.target_refusals.is_empty() && self.obs.spec_errors.is_empty() {
                 conditions::REASON_TARGET_REFUSED
             } else {

@@ -50,6 +50,13 @@ pub struct Observations {
     /// Whether the apiserver binds an approval's `spec.approver` to the user who created
     /// it, and since when: approvals count only where it does.
     pub approver_binding: ApproverBinding,
+    /// Why the candidate revision's key/values are refused by its schemas or external
+    /// validators (key, rule, pointer; never a value). Reported as `InvalidSpec` (reason
+    /// `InvalidValue`); the candidate is not declared and nothing is written anywhere.
+    pub value_violations: Vec<String>,
+    /// The schemas the candidate was validated against: recorded with the revision when
+    /// this decision declares it.
+    pub checked_schemas: Vec<configrollout_api::SchemaRecord>,
     /// Regions whose target this rollout may not write: an existing ConfigMap that
     /// configrollout does not manage (and no adoption), or keys that another rollout
     /// manages there. Reported as `InvalidSpec` (reason `TargetRefused`); nothing is

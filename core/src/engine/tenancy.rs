@@ -26,6 +26,10 @@ pub const ALLOWED_REGIONS: &str = "configrollout.dev/allowed-regions";
 /// exists in a region and is not managed by configrollout, when they set
 /// `spec.target.adopt`.
 pub const ALLOW_ADOPTION: &str = "configrollout.dev/allow-adoption";
+/// Namespace annotation: ClusterConfigSchemas (comma-separated names) that every
+/// candidate revision of the namespace's rollouts must satisfy, whatever their
+/// `spec.schemas` say.
+pub const REQUIRED_SCHEMAS: &str = "configrollout.dev/required-schemas";
 /// Most entries an allow-list annotation may hold, so a grant stays cheap to check.
 const MAX_GRANT_ENTRIES: usize = 256;
 
@@ -53,6 +57,8 @@ pub struct Grant {
     pub regions: Option<BTreeSet<String>>,
     /// Whether rollouts may adopt unmanaged ConfigMaps (when they ask to).
     pub adoption: bool,
+    /// ClusterConfigSchemas every candidate revision must satisfy.
+    pub required_schemas: BTreeSet<String>,
 }
 
 impl Grant {
@@ -81,6 +87,16 @@ impl Grant {
         }
         if let Some(text) = annotations.get(ALLOWED_REGIONS) {
             grant.regions = Some(list(ALLOWED_REGIONS, text)?);
+        }
+        if let Some(text) = annotations.get(REQUIRED_SCHEMAS) {
+            let names = list(REQUIRED_SCHEMAS, text)?;
+            if names.contains("*") {
+                return Err(annotation_error(
+                    REQUIRED_SCHEMAS,
+                    "names ClusterConfigSchemas; * is not one",
+                ));
+            }
+            grant.required_schemas = names;
         }
         if let Some(text) = annotations.get(ALLOW_ADOPTION) {
             grant.adoption = match text.trim() {

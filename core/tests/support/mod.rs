@@ -96,6 +96,8 @@ pub struct World {
     pub missing_policies: Option<Vec<String>>,
     /// What binds an approval's approver to its creator.
     pub approver_binding: ApproverBinding,
+    /// Why the candidate's values are refused (the controller's value checks).
+    pub value_violations: Vec<String>,
     stamp_counter: u64,
 }
 
@@ -122,6 +124,7 @@ impl World {
             four_eyes_default: false,
             missing_policies: None,
             approver_binding: ApproverBinding::External,
+            value_violations: Vec::new(),
             spec,
             status: ConfigRolloutStatus::default(),
             now: t0(),
@@ -221,6 +224,8 @@ impl World {
             spec_errors: Vec::new(),
             grant: self.grant.clone(),
             target_refusals: Vec::new(),
+            value_violations: self.value_violations.clone(),
+            checked_schemas: Vec::new(),
             rollout_uid: self.rollout_uid.clone(),
             spec_author: self.spec_author.clone(),
             revision_authors: self.revision_authors(),

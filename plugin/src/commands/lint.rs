@@ -1,21 +1,39 @@
-//! `lint -f FILE`: every ConfigRollout document of a manifest, checked offline against
-//! the same validation the controller applies.
+//! `lint -f FILE [--schema FILE]...`: every ConfigRollout document of a manifest, checked
+//! offline against the same validation the controller applies: the spec, and the values
+//! of a `spec.data` rollout against the schemas given (ConfigSchemas the rollout names,
+//! every ClusterConfigSchema). External validators are the platform's and are not called
+//! offline; `lint` says which ones the controller will ask.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::{CliError, EXIT_COMPLETE, EXIT_FAILED};
-use configrollout_api::ConfigRollout;
+use configrollout_api::{ConfigRollout, ConfigSchemaSpec, SchemaKind};
 use configrollout_core::engine::validate;
+use configrollout_core::values;
 
 /// `lint -f FILE`: every ConfigRollout document of the file, checked offline.
-pub(super) fn lint(file: &Path) -> Result<u8, CliError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError::Message(format!("reading {}: {e}", file.display())))?;
-    let report = lint_text(&text);
+pub(super) fn lint(file: &Path, schema_files: &[PathBuf]) -> Result<u8, CliError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| CliError::Message(format!("reading {}: {e}", path.display())))
+    };
+    let text = read(file)?;
+    let mut schemas = Schemas::default();
+    let mut schema_errors = Vec::new();
+    for path in schema_files {
+        for problem in schemas.add_file(&read(path)?) {
+            schema_errors.push(format!("{}: {problem}", path.display()));
+        }
+    }
+    for line in &schema_errors {
+        println!("{line}");
+    }
+    let report = lint_with(&text, schemas);
     for line in &report.lines {
         println!("{}: {line}", file.display());
     }
-    Ok(if report.ok {
+    Ok(if report.ok && schema_errors.is_empty() {
         EXIT_COMPLETE
     } else {
         EXIT_FAILED
@@ -31,7 +49,168 @@ pub(super) struct LintReport {
     pub lines: Vec<String>,
 }
 
+/// The schemas lint checks values against, by kind and name.
+#[derive(Default)]
+pub(super) struct Schemas {
+    by_name: BTreeMap<(bool, String), ConfigSchemaSpec>,
+}
+
+impl Schemas {
+    /// Adds the ConfigSchema and ClusterConfigSchema documents of a YAML stream; returns
+    /// what could not be read.
+    pub(super) fn add_file(&mut self, text: &str) -> Vec<String> {
+        let parsed: Vec<serde_json::Value> = match serde_saphyr::from_multiple(text) {
+            Ok(parsed) => parsed,
+            Err(error) => return vec![format!("not YAML: {error}")],
+        };
+        let mut problems = Vec::new();
+        for (index, value) in parsed.into_iter().enumerate() {
+            if value.is_null() {
+                continue;
+            }
+            match self.add(value) {
+                Some(Ok(())) => {}
+                Some(Err(problem)) => problems.push(format!("document {}: {problem}", index + 1)),
+                None => problems.push(format!(
+                    "document {}: not a ConfigSchema or ClusterConfigSchema",
+                    index + 1
+                )),
+            }
+        }
+        problems
+    }
+
+    /// Adds `value` if it is a schema document (`None` if it is not one).
+    fn add(&mut self, value: serde_json::Value) -> Option<Result<(), String>> {
+        let kind = value.get("kind").and_then(serde_json::Value::as_str)?;
+        let cluster = match kind {
+            "ConfigSchema" => false,
+            "ClusterConfigSchema" => true,
+            _ => return None,
+        };
+        if value.get("apiVersion").and_then(serde_json::Value::as_str) != Some(&api_version()) {
+            return Some(Err(format!("{kind} is not {}", api_version())));
+        }
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let spec = value.get("spec").cloned().unwrap_or_default();
+        Some(match serde_json::from_value::<ConfigSchemaSpec>(spec) {
+            Ok(spec) => {
+                self.by_name.insert((cluster, name), spec);
+                Ok(())
+            }
+            Err(error) => Err(format!("{kind} {name}: {error}")),
+        })
+    }
+
+    /// The schemas that apply to `rollout`, labelled, or why one cannot be had.
+    fn applicable(
+        &self,
+        rollout: &ConfigRollout,
+    ) -> Vec<(String, Result<&ConfigSchemaSpec, String>)> {
+        let mut list = Vec::new();
+        for (index, reference) in rollout.spec.schemas.iter().enumerate() {
+            let cluster = reference.kind == SchemaKind::ClusterConfigSchema;
+            let label = schema_label(cluster, &reference.name);
+            let found = self
+                .by_name
+                .get(&(cluster, reference.name.clone()))
+                .ok_or_else(|| {
+                    format!(
+                        "spec.schemas[{index}]: {label} is not in the file nor in a --schema file"
+                    )
+                });
+            list.push((label, found));
+        }
+        for ((cluster, name), spec) in &self.by_name {
+            let named = rollout.spec.schemas.iter().any(|reference| {
+                (reference.kind == SchemaKind::ClusterConfigSchema) == *cluster
+                    && reference.name == *name
+            });
+            if *cluster && !named {
+                list.push((schema_label(true, name), Ok(spec)));
+            }
+        }
+        list
+    }
+}
+
+fn schema_label(cluster: bool, name: &str) -> String {
+    if cluster {
+        format!("ClusterConfigSchema {name}")
+    } else {
+        format!("ConfigSchema {name}")
+    }
+}
+
+fn api_version() -> String {
+    format!(
+        "{}/{}",
+        configrollout_api::GROUP,
+        configrollout_api::VERSION
+    )
+}
+
+/// The findings of the schema checks of `rollout`'s values.
+fn value_findings(rollout: &ConfigRollout, schemas: &Schemas) -> (Vec<String>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut notes = Vec::new();
+    let applicable = schemas.applicable(rollout);
+    let Some(data) = &rollout.spec.data else {
+        if !applicable.is_empty() {
+            notes.push("values not checked offline: they come from spec.fromConfigMap".to_owned());
+        }
+        return (errors, notes);
+    };
+    let mut validators = std::collections::BTreeSet::new();
+    for (label, spec) in applicable {
+        let spec = match spec {
+            Ok(spec) => spec,
+            Err(missing) => {
+                errors.push(missing);
+                continue;
+            }
+        };
+        match values::compile(spec) {
+            Err(problems) => errors.push(format!(
+                "{label} is invalid: {}",
+                problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            Ok(compiled) => {
+                errors.extend(
+                    compiled
+                        .check(data)
+                        .iter()
+                        .map(|violation| format!("{label}: {violation}")),
+                );
+                validators.extend(compiled.validators().iter().cloned());
+            }
+        }
+    }
+    if !validators.is_empty() {
+        notes.push(format!(
+            "not called offline: ClusterConfigValidator {}",
+            validators.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    (errors, notes)
+}
+
+/// Lints a manifest with no schema but those it holds.
+#[cfg(test)]
 pub(super) fn lint_text(text: &str) -> LintReport {
+    lint_with(text, Schemas::default())
+}
+
+/// Lints a manifest: its ConfigSchema documents join `schemas`.
+pub(super) fn lint_with(text: &str, mut schemas: Schemas) -> LintReport {
     let mut lines = Vec::new();
     let mut ok = true;
     let mut documents = 0;
@@ -44,10 +223,22 @@ pub(super) fn lint_text(text: &str) -> LintReport {
             };
         }
     };
+    let mut rollouts = Vec::new();
     for (index, value) in parsed.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
+        match schemas.add(value.clone()) {
+            Some(Ok(())) => continue,
+            Some(Err(problem)) => {
+                ok = false;
+                lines.push(format!("document {}: {problem}", index + 1));
+                continue;
+            }
+            None => rollouts.push((index, value)),
+        }
+    }
+    for (index, value) in rollouts {
         documents += 1;
         let kind = value.get("kind").and_then(serde_json::Value::as_str);
         let api_version = value.get("apiVersion").and_then(serde_json::Value::as_str);
@@ -87,6 +278,13 @@ pub(super) fn lint_text(text: &str) -> LintReport {
             errors.push("spec.stages: at least one stage is required".to_owned());
         }
         errors.extend(validate(&rollout.spec).iter().map(ToString::to_string));
+        let (value_errors, notes) = value_findings(&rollout, &schemas);
+        errors.extend(value_errors);
+        lines.extend(
+            notes
+                .iter()
+                .map(|note| format!("configrollout {name}: {note}")),
+        );
         if errors.is_empty() {
             lines.push(format!("configrollout {name}: valid"));
         } else {

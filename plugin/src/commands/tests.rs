@@ -1,4 +1,4 @@
-use super::lint::{LintReport, lint_text};
+use super::lint::{LintReport, Schemas, lint_text, lint_with};
 
 const VALID: &str = "\
 apiVersion: configrollout.dev/v1alpha1
@@ -121,6 +121,110 @@ fn every_document_is_checked() {
         report.lines[1..]
             .iter()
             .any(|line| line.starts_with("configrollout other: spec.gates[0]")),
+        "{report:?}"
+    );
+}
+
+const SCHEMA: &str = "\
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigSchema
+metadata: {name: timeouts}
+spec:
+  keys:
+    - {name: timeout_ms, type: Integer, required: true, minimum: 1, maximum: 1000}
+  validators: [capacity]
+";
+
+#[test]
+fn lint_checks_values_against_the_schemas_the_rollout_names() {
+    let named = VALID.replace("spec:\n", "spec:\n  schemas: [{name: timeouts}]\n");
+    // The schema in the linted file itself.
+    let report = lint_text(&format!("{SCHEMA}---\n{named}"));
+    assert!(report.ok, "{report:?}");
+    assert!(
+        report.lines.contains(
+            &"configrollout app: not called offline: ClusterConfigValidator capacity".to_owned()
+        ),
+        "{report:?}"
+    );
+
+    let bad = named.replace("timeout_ms: \"300\"", "timeout_ms: \"SENTINEL-lint-5000\"");
+    let report = lint_text(&format!("{SCHEMA}---\n{bad}"));
+    assert!(!report.ok);
+    let refusal = report
+        .lines
+        .iter()
+        .find(|line| line.contains("ConfigSchema timeouts: key `timeout_ms`"))
+        .unwrap_or_else(|| panic!("{report:?}"));
+    assert!(!refusal.contains("SENTINEL"), "no value quoted: {refusal}");
+
+    // Given with --schema rather than in the file.
+    let mut schemas = Schemas::default();
+    assert_eq!(schemas.add_file(SCHEMA), Vec::<String>::new());
+    assert!(!lint_with(&bad, schemas).ok);
+
+    // Named but given nowhere: said, and not valid.
+    let report = lint_text(&named);
+    assert!(!report.ok);
+    assert!(
+        report.lines.iter().any(|line| line.contains(
+            "spec.schemas[0]: ConfigSchema timeouts is not in the file nor in a --schema file"
+        )),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_cluster_schema_applies_to_every_rollout_and_source_values_are_not_checked_offline() {
+    let cluster = "\
+apiVersion: configrollout.dev/v1alpha1
+kind: ClusterConfigSchema
+metadata: {name: org}
+spec:
+  forbiddenKeys: [timeout_ms]
+";
+    let mut schemas = Schemas::default();
+    assert!(schemas.add_file(cluster).is_empty());
+    let report = lint_with(VALID, schemas);
+    assert!(!report.ok);
+    assert!(
+        report
+            .lines
+            .iter()
+            .any(|line| line.contains("ClusterConfigSchema org: key `timeout_ms`: forbiddenKeys")),
+        "{report:?}"
+    );
+
+    let sourced = VALID.replace(
+        "  data: {timeout_ms: \"300\"}\n",
+        "  fromConfigMap: {name: src}\n",
+    );
+    let mut schemas = Schemas::default();
+    assert!(schemas.add_file(cluster).is_empty());
+    let report = lint_with(&sourced, schemas);
+    assert!(report.ok, "{report:?}");
+    assert!(
+        report
+            .lines
+            .iter()
+            .any(|line| line.contains("values not checked offline")),
+        "{report:?}"
+    );
+
+    // A schema that does not compile is named with its field.
+    let broken = SCHEMA.replace(
+        "type: Integer, required: true, minimum: 1, maximum: 1000",
+        "type: String, pattern: \"(\"",
+    );
+    let mut schemas = Schemas::default();
+    assert!(schemas.add_file(&broken).is_empty());
+    let named = VALID.replace("spec:\n", "spec:\n  schemas: [{name: timeouts}]\n");
+    let report = lint_with(&named, schemas);
+    assert!(
+        report
+            .lines
+            .iter()
+            .any(|line| line.contains("ConfigSchema timeouts is invalid: spec.keys[0].pattern")),
         "{report:?}"
     );
 }

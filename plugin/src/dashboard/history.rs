@@ -167,6 +167,7 @@ mod tests {
             outcome: None,
             authors: Vec::new(),
             authors_unknown: None,
+            schemas: Vec::new(),
         };
         rollout.status = Some(ConfigRolloutStatus {
             history: vec![record("r1"), record("r2")],

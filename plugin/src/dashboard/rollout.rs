@@ -429,6 +429,7 @@ spec:
                 outcome: None,
                 authors: Vec::new(),
                 authors_unknown: None,
+                schemas: Vec::new(),
             }],
             current_stage: Some("prod".to_owned()),
             progress: Some("1/2".to_owned()),

@@ -504,6 +504,24 @@ fn outcomes_follow_the_phase_of_a_current_status() {
             "InvalidSpec: InvalidGate: spec.gates[0].condition: unexpected token".to_owned()
         ))
     );
+    // A candidate its schema refused: what is wrong (never a value) and that the current
+    // revision stays.
+    let invalid = rollout
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .last_mut()
+        .unwrap();
+    invalid.reason = "InvalidValue".to_owned();
+    invalid.message = "ConfigSchema team/limits: key `rate`: maximum: above 1000".to_owned();
+    let waiting = waiting_on(&rollout);
+    assert_eq!(
+        waiting.what,
+        "values its schemas accept (ConfigSchema team/limits: key `rate`: maximum: above \
+         1000); r2 stays in every region"
+    );
+    assert!(waiting.who.contains("--schema"), "{waiting:?}");
     let status = rollout.status.as_mut().unwrap();
     status.conditions.pop();
     status.phase = Some(RolloutPhase::RolledBack);

@@ -15,6 +15,9 @@ use configrollout_api::{
 use super::outcome::status_is_current;
 use super::text::{gate_label, printable, reason_and_message};
 
+/// The `InvalidSpec` reason of a candidate refused by its schemas or validators.
+const INVALID_VALUE: &str = "InvalidValue";
+
 /// What a rollout waits on, and who can unblock it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
@@ -49,6 +52,20 @@ pub fn waiting_on(rollout: &ConfigRollout) -> Waiting {
         );
     }
     let revision = status.revision.as_deref().unwrap_or("-");
+    if let Some(invalid) = status
+        .true_condition(conditions::INVALID_SPEC)
+        .filter(|invalid| invalid.reason == INVALID_VALUE)
+    {
+        return waiting(
+            format!(
+                "values its schemas accept ({}); {revision} stays in every region",
+                printable(&invalid.message)
+            ),
+            "whoever changed the values (spec.data or its fromConfigMap source): fix them \
+             (`kubectl configrollout lint -f FILE --schema SCHEMAS` checks them), or the \
+             schema's owners",
+        );
+    }
     if let Some(invalid) = status.true_condition(conditions::INVALID_SPEC) {
         return waiting(
             format!(

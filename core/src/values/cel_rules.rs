@@ -1,0 +1,197 @@
+//! CEL rules over the whole configuration (`spec.rules`): `self` is the map of key to
+//! value, every value a string, e.g. `int(self.burst) >= int(self.rate)`.
+//!
+//! A rule's cost stays linear in the number of keys: at most one macro (`all`, `exists`,
+//! `exists_one`, `map`, `filter`) per rule, counted on the parsed AST (each of those macros
+//! expands to one comprehension node; `has` expands to a presence test, not counted), so
+//! that no rule nests one loop over the keys in another. The parser bounds the AST's depth
+//! (cel's default recursion limit) and the rule's length is bounded, so the walk is too.
+//!
+//! What a refusal says: the rule (its index, and its message when it has one) and whether
+//! it was false or could not be evaluated; for an evaluation error, which function or
+//! operator failed, never the error's text, which may quote a value.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use cel::common::ast::{EntryExpr, Expr};
+use cel::{Context, Env, ExecutionError, Program, Value};
+use configrollout_api::{ConfigRule, MAX_SCHEMA_RULE_LENGTH};
+
+use super::{SchemaError, Violation};
+
+/// Most macro calls (comprehensions) one rule may hold.
+pub(super) const MAX_MACROS_PER_RULE: usize = 1;
+
+/// A compiled rule.
+pub(super) struct CelRule {
+    /// `rules[i]`, with the rule's message in parentheses when it has one.
+    label: String,
+    program: Program,
+}
+
+/// Parses rule `index`, refusing a syntax error, an over-long rule or message, and more
+/// than [`MAX_MACROS_PER_RULE`] macro calls.
+pub(super) fn compile_rule(index: usize, rule: &ConfigRule) -> Result<CelRule, Vec<SchemaError>> {
+    let field = format!("spec.rules[{index}]");
+    let max = usize::try_from(MAX_SCHEMA_RULE_LENGTH).unwrap_or(usize::MAX);
+    let mut errors = Vec::new();
+    if rule.rule.trim().is_empty() {
+        errors.push(SchemaError::new(format!("{field}.rule"), "empty rule"));
+    }
+    if rule.rule.chars().count() > max {
+        errors.push(SchemaError::new(
+            format!("{field}.rule"),
+            format!("longer than {max} characters"),
+        ));
+    }
+    if let Some(message) = &rule.message
+        && message.chars().count() > max
+    {
+        errors.push(SchemaError::new(
+            format!("{field}.message"),
+            format!("longer than {max} characters"),
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let program = Program::compile(&rule.rule).map_err(|parse| {
+        // The rule is the schema's own text: its parse error may quote it.
+        let message = parse
+            .errors
+            .first()
+            .map(|error| {
+                let (line, column) = error.pos;
+                format!(
+                    "not a CEL expression: {} (line {line}, column {column})",
+                    error.msg
+                )
+            })
+            .unwrap_or_else(|| "not a CEL expression".to_owned());
+        vec![SchemaError::new(format!("{field}.rule"), message)]
+    })?;
+    let macros = count_macros(program.expression());
+    if macros > MAX_MACROS_PER_RULE {
+        return Err(vec![SchemaError::new(
+            format!("{field}.rule"),
+            format!(
+                "{macros} macro calls (all, exists, exists_one, map, filter); at most \
+                 {MAX_MACROS_PER_RULE} per rule, so that its cost stays linear in the number of keys"
+            ),
+        )]);
+    }
+    let label = match &rule.message {
+        Some(message) => format!("rules[{index}] ({message:?})"),
+        None => format!("rules[{index}]"),
+    };
+    Ok(CelRule { label, program })
+}
+
+/// Comprehension nodes in the AST (one per expanded macro), counted without recursion.
+fn count_macros(root: &cel::IdedExpr) -> usize {
+    let mut count: usize = 0;
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        match &node.expr {
+            Expr::Comprehension(comprehension) => {
+                count = count.saturating_add(1);
+                stack.extend([
+                    &comprehension.iter_range,
+                    &comprehension.accu_init,
+                    &comprehension.loop_cond,
+                    &comprehension.loop_step,
+                    &comprehension.result,
+                ]);
+            }
+            Expr::Call(call) => {
+                stack.extend(call.target.as_deref());
+                stack.extend(&call.args);
+            }
+            Expr::List(list) => stack.extend(&list.elements),
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    if let EntryExpr::MapEntry(entry) = &entry.expr {
+                        stack.extend([&entry.key, &entry.value]);
+                    }
+                }
+            }
+            Expr::Struct(object) => {
+                for entry in &object.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(field) => stack.push(&field.value),
+                        EntryExpr::MapEntry(entry) => stack.extend([&entry.key, &entry.value]),
+                    }
+                }
+            }
+            Expr::Select(select) => stack.push(&select.operand),
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    count
+}
+
+/// Evaluates every rule with `self` bound to `data`, adding a violation for each that does
+/// not evaluate to `true`.
+pub(super) fn check_rules(
+    rules: &[CelRule],
+    data: &BTreeMap<String, String>,
+    out: &mut Vec<Violation>,
+) {
+    let this: HashMap<String, String> = data
+        .iter()
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let mut context = Context::with_env(Arc::new(Env::stdlib()));
+    context.add_variable_from_value("self", Value::from(this));
+    for rule in rules {
+        let outcome = match rule.program.execute(&context) {
+            Ok(Value::Bool(true)) => continue,
+            Ok(Value::Bool(false)) => "false".to_owned(),
+            Ok(_) => "not a Boolean".to_owned(),
+            Err(error) => format!("could not be evaluated ({})", failure(&error)),
+        };
+        out.push(Violation {
+            key: None,
+            rule: rule.label.clone(),
+            pointer: None,
+            message: outcome,
+        });
+    }
+}
+
+/// What failed, in the rule's terms (a function or operator name, a type name), never the
+/// error's message or the values it carries.
+fn failure(error: &ExecutionError) -> String {
+    match error {
+        ExecutionError::FunctionError { function, .. } => format!("function `{function}` failed"),
+        ExecutionError::NoSuchOverload(overload) => format!(
+            "no overload of `{}` for ({})",
+            overload.function(),
+            overload.argument_types().join(", ")
+        ),
+        ExecutionError::UndeclaredReference(name) => format!("undeclared reference `{name}`"),
+        // The key may have been computed from a value (`self[self.a]`): no name.
+        ExecutionError::NoSuchKey(_) => "no such key".to_owned(),
+        ExecutionError::UnexpectedType { got, want } => {
+            format!("unexpected type {got}, wanted {want}")
+        }
+        ExecutionError::InvalidArgumentCount { expected, actual } => {
+            format!("{actual} arguments where {expected} were expected")
+        }
+        ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
+        ExecutionError::RemainderByZero(_) => "remainder by zero".to_owned(),
+        ExecutionError::Overflow(operator, ..) => format!("overflow in `{operator}`"),
+        ExecutionError::IndexOutOfBounds(_) => "index out of bounds".to_owned(),
+        ExecutionError::ValuesNotComparable(..) => "values not comparable".to_owned(),
+        ExecutionError::UnsupportedBinaryOperator(operator, ..) => {
+            format!("operator `{operator}` not supported on these types")
+        }
+        ExecutionError::NotSupportedAsMethod { method, .. } => {
+            format!("`{method}` not supported as a method here")
+        }
+        ExecutionError::UnsupportedKeyType(_) => "a map key of an unsupported type".to_owned(),
+        ExecutionError::DuplicateKey(_) => "a map literal repeats a key".to_owned(),
+        _ => "evaluation error".to_owned(),
+    }
+}
