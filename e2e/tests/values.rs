@@ -1,0 +1,603 @@
+//! Issue 32 on real clusters: a bad value is caught before any region sees it. A
+//! ConfigSchema refuses a `spec.data` change and an edit of a `fromConfigMap` source (the
+//! previous revision stays in every region, nothing is declared); a schema tightened
+//! after a revision applies from the next one, and one dropped from the spec in the same
+//! change still applies; the grant's ClusterConfigSchema cannot be escaped; external
+//! validators (real HTTP servers on loopback, HMAC-signed requests) refuse, time out
+//! (which refuses) and accept. No refused value reaches status, Events, logs or
+//! metrics. One lab for the whole binary; the scenarios run in order.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use configrollout::api::{ClusterConfigSchema, ClusterConfigValidator, ConfigSchema};
+use configrollout::engine::tenancy::REQUIRED_SCHEMAS;
+use configrollout_e2e::{HUB, LabOptions, SYSTEM_NAMESPACE};
+use hmac::{Hmac, Mac};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use support::*;
+
+/// A refused value carries this; it must never be quoted anywhere.
+const SENTINEL: &str = "SENTINEL-b71e";
+/// The validators' HMAC key, in a Secret of the controller's namespace.
+const HMAC_KEY: &[u8] = b"validator-hmac-key-for-the-lab";
+
+fn stages() -> &'static str {
+    "  stages:\n    - {name: canary, regions: {names: [region-1]}}\n    - {name: rest, regions: {names: [region-2]}}\n"
+}
+
+/// The team's schema: `rate` an integer up to `max_rate`, `burst` at least `rate`,
+/// `mode` one of two, `routes` a JSON document with a schema; nothing else but `note`.
+fn limits_schema(name: &str, max_rate: u32, validators: &[&str]) -> ConfigSchema {
+    serde_json::from_value(json!({
+        "apiVersion": "configrollout.dev/v1alpha1",
+        "kind": "ConfigSchema",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "keys": [
+                {"name": "rate", "type": "Integer", "required": true, "minimum": 1, "maximum": max_rate},
+                {"name": "burst", "type": "Integer", "required": true},
+                {"name": "mode", "type": "Enum", "values": ["fast", "safe"]},
+                {"name": "routes", "type": "Json", "jsonSchema": {
+                    "type": "object",
+                    "properties": {"timeoutMs": {"type": "integer", "minimum": 1}},
+                    "required": ["timeoutMs"]
+                }},
+                {"name": "note", "type": "String"}
+            ],
+            "unknownKeys": "Forbid",
+            "rules": [{"rule": "int(self.burst) >= int(self.rate)", "message": "burst must be at least rate"}],
+            "validators": validators,
+        }
+    }))
+    .expect("schema")
+}
+
+async fn apply_schema(world: &World, schema: &ConfigSchema) {
+    let api: Api<ConfigSchema> = Api::namespaced(world.hub.clone(), TEAM);
+    let params = PatchParams::apply("values-test").force();
+    within(
+        "apply ConfigSchema",
+        api.patch(&schema.name_any(), &params, &Patch::Apply(schema)),
+    )
+    .await;
+}
+
+fn good_data() -> serde_json::Value {
+    json!({"rate": "100", "burst": "200", "mode": "safe", "routes": "{\"timeoutMs\": 300}", "note": "n"})
+}
+
+/// Waits until the rollout reports its candidate refused (`InvalidValue`), and returns
+/// the condition's message.
+async fn refused(world: &World, name: &str) -> String {
+    eventually(
+        &format!("{name}: refused (InvalidValue)"),
+        PROGRESS,
+        || async {
+            let rollout = world.rollout(name).await;
+            let generation = rollout.metadata.generation;
+            let status = rollout.status?;
+            let condition = status.true_condition("InvalidSpec")?;
+            (condition.reason == "InvalidValue" && condition.observed_generation == generation)
+                .then(|| condition.message.clone())
+        },
+    )
+    .await
+}
+
+/// Every region still holds exactly `expected`, and the rollout is still at `revision`.
+async fn nothing_moved(
+    world: &World,
+    name: &str,
+    revision: &str,
+    expected: &BTreeMap<String, String>,
+) {
+    for region in ["region-1", "region-2"] {
+        let held = world.target_data(region, name).await;
+        assert_eq!(held.as_ref(), Some(expected), "{region} keeps {revision}");
+    }
+    let rollout = world.rollout(name).await;
+    let status = rollout.status.expect("status");
+    assert_eq!(
+        status.revision.as_deref(),
+        Some(revision),
+        "nothing declared"
+    );
+    assert_eq!(
+        status.history.last().map(|record| record.name.as_str()),
+        Some(revision),
+        "no revision recorded"
+    );
+}
+
+fn strings(value: &serde_json::Value) -> BTreeMap<String, String> {
+    serde_json::from_value(value.clone()).expect("string map")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn values_are_checked_before_any_region_sees_them() {
+    let world = World::start(LabOptions {
+        regions: 2,
+        ..LabOptions::default()
+    })
+    .await;
+    let probe = free_local_addr();
+    let _controller = world.start_controller_on("controller-values", &probe);
+    let validators = Validators::start().await;
+
+    a_schema_refuses_spec_data_before_any_region(&world).await;
+    a_schema_refuses_an_edit_of_the_source(&world).await;
+    a_schema_change_applies_from_the_next_revision(&world).await;
+    the_grant_requires_a_platform_schema(&world).await;
+    external_validators_refuse_time_out_and_accept(&world, &validators).await;
+
+    for (place, text) in observable_output(&world, &format!("http://{probe}/metrics")).await {
+        assert!(!text.contains(SENTINEL), "a refused value reached {place}");
+    }
+}
+
+async fn a_schema_refuses_spec_data_before_any_region(world: &World) {
+    apply_schema(world, &limits_schema("limits", 1000, &[])).await;
+    let name = "limited";
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                "  schemas: [{{name: limits}}]\n  data: {}\n{}",
+                good_data(),
+                stages()
+            ),
+        ))
+        .await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+    let r1 = strings(&good_data());
+    let declared = world.rollout(name).await.status.expect("status");
+    let record = declared.history.last().expect("r1 recorded");
+    assert_eq!(record.schemas.len(), 1, "r1 records its schema: {record:?}");
+    assert_eq!(record.schemas[0].name, "limits");
+
+    // Every kind of rule broken at once, each value carrying the sentinel where the type
+    // lets it.
+    let bad = json!({
+        "rate": format!("12{SENTINEL}"),
+        "burst": "1",
+        "mode": format!("turbo-{SENTINEL}"),
+        "routes": format!("{{\"timeoutMs\": \"{SENTINEL}\"}}"),
+        "note": "n",
+        "extra": SENTINEL,
+    });
+    change_data(&world.rollouts(), name, bad).await;
+    let message = refused(world, name).await;
+    for named in ["`rate`", "`mode`", "`routes`", "/timeoutMs", "`extra`"] {
+        assert!(
+            message.contains(named),
+            "the refusal names {named}: {message}"
+        );
+    }
+    assert!(!message.contains(SENTINEL), "no value quoted: {message}");
+    nothing_moved(world, name, "r1", &r1).await;
+
+    // A value that passes the per-key rules but breaks the cross-key rule.
+    change_data(
+        &world.rollouts(),
+        name,
+        json!({"rate": "500", "burst": "20", "mode": "safe", "routes": "{\"timeoutMs\": 300}", "extra": null}),
+    )
+    .await;
+    let message = eventually("the CEL rule refuses", PROGRESS, || async {
+        let message = refused(world, name).await;
+        message
+            .contains("burst must be at least rate")
+            .then_some(message)
+    })
+    .await;
+    for fine in ["`rate`", "`mode`", "`routes`", "`extra`"] {
+        assert!(!message.contains(fine), "{fine} is fine now: {message}");
+    }
+    nothing_moved(world, name, "r1", &r1).await;
+
+    // Fixed: declared and rolled out.
+    change_data(&world.rollouts(), name, json!({"burst": "600"})).await;
+    world.wait_phase(name, "Complete", PROGRESS).await;
+    let rollout = world.rollout(name).await;
+    assert_eq!(
+        rollout.status.and_then(|s| s.revision).as_deref(),
+        Some("r2")
+    );
+}
+
+async fn a_schema_refuses_an_edit_of_the_source(world: &World) {
+    let name = "sourced";
+    let source = "sourced-src";
+    let configmaps: Api<ConfigMap> = Api::namespaced(world.hub.clone(), TEAM);
+    let source_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": source, "namespace": TEAM},
+        "data": good_data(),
+    }))
+    .expect("source");
+    within(
+        "create the source",
+        configmaps.create(&PostParams::default(), &source_map),
+    )
+    .await;
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                "  schemas: [{{name: limits}}]\n  fromConfigMap: {{name: {source}}}\n{}",
+                stages()
+            ),
+        ))
+        .await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+
+    let edit = json!({"data": {"rate": format!("{SENTINEL}")}});
+    within(
+        "edit the source",
+        configmaps.patch(source, &PatchParams::default(), &Patch::Merge(&edit)),
+    )
+    .await;
+    let message = refused(world, name).await;
+    assert!(message.contains("`rate`"), "{message}");
+    assert!(!message.contains(SENTINEL), "{message}");
+    nothing_moved(world, name, "r1", &strings(&good_data())).await;
+
+    let fix = json!({"data": {"rate": "150"}});
+    within(
+        "fix the source",
+        configmaps.patch(source, &PatchParams::default(), &Patch::Merge(&fix)),
+    )
+    .await;
+    eventually("the fixed source rolls out", PROGRESS, || async {
+        let held = world.target_data("region-2", name).await?;
+        (held.get("rate").map(String::as_str) == Some("150")).then_some(())
+    })
+    .await;
+}
+
+async fn a_schema_change_applies_from_the_next_revision(world: &World) {
+    let name = "limited";
+    let before = world.rollout(name).await.status.expect("status");
+    let current = before.revision.clone().expect("a revision");
+    let held = world.target_data("region-1", name).await.expect("target");
+
+    // Tightened below what the current revision holds (rate 500): the revision already
+    // out is not judged again.
+    apply_schema(world, &limits_schema("limits", 200, &[])).await;
+    let touch = json!({"metadata": {"labels": {"touched": "after-the-schema-change"}}});
+    within(
+        "touch the rollout so that it is reconciled",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&touch)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = world.rollout(name).await;
+    assert!(
+        !condition_true(&after, "InvalidSpec"),
+        "the rollout out is not re-judged"
+    );
+    assert_eq!(
+        after.status.as_ref().and_then(|s| s.revision.clone()),
+        Some(current.clone())
+    );
+
+    // The next revision is: 300 was fine before the change, not after.
+    change_data(
+        &world.rollouts(),
+        name,
+        json!({"rate": "300", "burst": "300"}),
+    )
+    .await;
+    let message = refused(world, name).await;
+    assert!(
+        message.contains("`rate`") && message.contains("maximum"),
+        "{message}"
+    );
+    nothing_moved(world, name, &current, &held).await;
+
+    // Dropping the schema from the spec in the same change does not escape it.
+    let drop = json!({"spec": {"schemas": null}});
+    within(
+        "drop the schema reference",
+        world
+            .rollouts()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&drop)),
+    )
+    .await;
+    let message = refused(world, name).await;
+    assert!(message.contains("ConfigSchema team/limits"), "{message}");
+    nothing_moved(world, name, &current, &held).await;
+
+    // Within the new rule: declared, with the schema's new generation on record.
+    change_data(
+        &world.rollouts(),
+        name,
+        json!({"rate": "150", "burst": "300"}),
+    )
+    .await;
+    world.wait_phase(name, "Complete", PROGRESS).await;
+    let status = world.rollout(name).await.status.expect("status");
+    assert_ne!(status.revision, Some(current), "a new revision");
+    let record = status.history.last().expect("record");
+    let schema: Api<ConfigSchema> = Api::namespaced(world.hub.clone(), TEAM);
+    let generation = within("read schema", schema.get("limits"))
+        .await
+        .metadata
+        .generation;
+    assert_eq!(
+        record.schemas.first().map(|s| s.generation),
+        generation,
+        "the record names the schema's generation: {record:?}"
+    );
+}
+
+async fn the_grant_requires_a_platform_schema(world: &World) {
+    let platform: ClusterConfigSchema = serde_json::from_value(json!({
+        "apiVersion": "configrollout.dev/v1alpha1",
+        "kind": "ClusterConfigSchema",
+        "metadata": {"name": "platform-rules"},
+        "spec": {"forbiddenKeys": ["debug_dump"]},
+    }))
+    .expect("cluster schema");
+    let api: Api<ClusterConfigSchema> = Api::all(world.hub.clone());
+    within(
+        "create ClusterConfigSchema",
+        api.create(&PostParams::default(), &platform),
+    )
+    .await;
+    world
+        .lab
+        .annotate_namespace(HUB, TEAM, &[(REQUIRED_SCHEMAS, "platform-rules")])
+        .await
+        .expect("require the platform schema");
+    let name = "unschemed";
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                "  data: {{a: \"1\", debug_dump: \"{SENTINEL}\"}}\n{}",
+                stages()
+            ),
+        ))
+        .await;
+    let message = refused(world, name).await;
+    assert!(
+        message.contains("ClusterConfigSchema platform-rules") && message.contains("`debug_dump`"),
+        "{message}"
+    );
+    for region in ["region-1", "region-2"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region} untouched"
+        );
+    }
+    change_data(&world.rollouts(), name, json!({"debug_dump": null})).await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+}
+
+async fn external_validators_refuse_time_out_and_accept(world: &World, validators: &Validators) {
+    let secrets: Api<Secret> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("validator-hmac".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("key".to_owned(), ByteString(HMAC_KEY.to_vec()))].into()),
+        ..Secret::default()
+    };
+    within(
+        "create the HMAC Secret",
+        secrets.create(&PostParams::default(), &secret),
+    )
+    .await;
+    let api: Api<ClusterConfigValidator> = Api::all(world.hub.clone());
+    for (name, path) in [
+        ("refuser", "refuse"),
+        ("hanger", "hang"),
+        ("accepter", "accept"),
+    ] {
+        let validator: ClusterConfigValidator = serde_json::from_value(json!({
+            "apiVersion": "configrollout.dev/v1alpha1",
+            "kind": "ClusterConfigValidator",
+            "metadata": {"name": name},
+            "spec": {
+                "url": format!("http://{}/{path}", validators.addr),
+                "timeoutSeconds": 2,
+                "hmacSecret": {"name": "validator-hmac", "key": "key"},
+            },
+        }))
+        .expect("validator");
+        within(
+            "create validator",
+            api.create(&PostParams::default(), &validator),
+        )
+        .await;
+    }
+
+    let name = "validated";
+    apply_schema(
+        world,
+        &limits_schema("validated-limits", 1000, &["refuser"]),
+    )
+    .await;
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                "  schemas: [{{name: validated-limits}}]\n  data: {}\n{}",
+                good_data(),
+                stages()
+            ),
+        ))
+        .await;
+    let message = refused(world, name).await;
+    assert!(
+        message.contains("ClusterConfigValidator refuser refused it: rate too high for the fleet"),
+        "{message}"
+    );
+    for region in ["region-1", "region-2"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region} untouched"
+        );
+    }
+
+    apply_schema(world, &limits_schema("validated-limits", 1000, &["hanger"])).await;
+    let message = eventually("the hanging validator fails closed", PROGRESS, || async {
+        let message = refused(world, name).await;
+        message
+            .contains("hanger gave no verdict")
+            .then_some(message)
+    })
+    .await;
+    assert!(message.contains("timed out"), "{message}");
+    for region in ["region-1", "region-2"] {
+        assert_eq!(
+            world.target_data(region, name).await,
+            None,
+            "{region} untouched"
+        );
+    }
+
+    apply_schema(
+        world,
+        &limits_schema("validated-limits", 1000, &["accepter"]),
+    )
+    .await;
+    world.wait_condition(name, "Complete", PROGRESS).await;
+    let seen = validators.seen.lock().unwrap().clone();
+    let accepted: Vec<&Seen> = seen.iter().filter(|s| s.path == "/accept").collect();
+    assert!(!accepted.is_empty(), "the accepting validator was asked");
+    for request in &seen {
+        assert!(
+            request.signature_valid,
+            "every request is signed with the key: {request:?}"
+        );
+    }
+    let body: serde_json::Value = serde_json::from_slice(&accepted[0].body).expect("JSON body");
+    assert_eq!(body["kind"], "ValidationRequest");
+    assert_eq!(body["rollout"]["name"], name);
+    assert_eq!(
+        body["data"]["rate"], "100",
+        "the candidate's values are sent: {body}"
+    );
+}
+
+/// What one validator request carried.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    body: Vec<u8>,
+    signature_valid: bool,
+}
+
+/// Three external validators behind one loopback HTTP server: `/accept`, `/refuse`
+/// (with a reason) and `/hang` (never answers).
+struct Validators {
+    addr: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Validators {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Validators {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(serve(stream, recorded.clone()));
+            }
+        });
+        Validators { addr, seen, task }
+    }
+}
+
+/// Answers one HTTP/1.1 request (the controller sends one per connection or reuses it;
+/// both work as each request is read whole before the answer).
+async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
+    loop {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).to_string();
+        let path = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let header = |name: &str| {
+            head.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+        };
+        let length: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        if stream.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        let timestamp = header("x-configrollout-timestamp").unwrap_or_default();
+        let signature = header("x-configrollout-signature").unwrap_or_default();
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(HMAC_KEY).expect("key");
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(&body);
+        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        seen.lock().unwrap().push(Seen {
+            path: path.clone(),
+            body: body.clone(),
+            signature_valid: !timestamp.is_empty() && signature == expected,
+        });
+        let answer = match path.as_str() {
+            "/accept" => json!({"allowed": true, "reason": ""}),
+            "/refuse" => json!({"allowed": false, "reason": "rate too high for the fleet"}),
+            _ => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return;
+            }
+        };
+        let body = answer.to_string();
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
