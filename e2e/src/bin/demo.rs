@@ -2,9 +2,11 @@
 //! controller, and a two-stage ConfigRollout whose second stage needs an approval;
 //! prints its progress as `kubectl get` would, approves as `approver-alice` with the
 //! kubectl plugin (`kubectl configrollout approve`, here the `lab-plugin` build), and shows
-//! each region's ConfigMap. Then a second revision carries a bad value behind an
-//! error-rate gate: the canary's workload loads it and fails requests, Prometheus sees
-//! it, the gate fails and the revision is rolled back. `--keep` leaves everything
+//! each region's ConfigMap. The team's ConfigSchema refuses a change whose burst is
+//! below its rate before any region sees it. Then a second revision carries a value the
+//! schema accepts but the workload does not, behind an error-rate gate: the canary's
+//! workload loads it and fails requests, Prometheus sees it, the gate fails and the
+//! revision is rolled back. `--keep` leaves everything
 //! running until Ctrl-C. The dashboard (`kubectl configrollout dashboard`, as
 //! approver-alice) runs throughout; its URL is printed at the start.
 
@@ -13,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use configrollout::api::{ConfigRollout, conditions};
+use configrollout::api::{ConfigRollout, ConfigSchema, conditions};
 use configrollout::engine::tenancy::ALLOWED_TARGET_NAMESPACES;
 use configrollout_e2e::{HUB, Lab, LabOptions, User};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -24,12 +26,28 @@ const TARGET_NAMESPACE: &str = "app";
 const ROLLOUT: &str = "rate-limits";
 const DEADLINE: Duration = Duration::from_secs(180);
 
+const SCHEMA: &str = r#"
+apiVersion: configrollout.dev/v1alpha1
+kind: ConfigSchema
+metadata: {name: rate-limits, namespace: team}
+spec:
+  keys:
+    - {name: requests-per-second, type: Integer, required: true, minimum: 1, maximum: 10000}
+    - {name: burst, type: Integer, required: true, minimum: 1}
+    - {name: timeout_ms, type: Integer, minimum: 0, maximum: 60000}
+  unknownKeys: Forbid
+  rules:
+    - rule: "int(self.burst) >= int(self['requests-per-second'])"
+      message: burst must be at least requests-per-second
+"#;
+
 const EXAMPLE: &str = r#"
 apiVersion: configrollout.dev/v1alpha1
 kind: ConfigRollout
 metadata: {name: rate-limits, namespace: team}
 spec:
   target: {namespace: app, name: rate-limits}
+  schemas: [{name: rate-limits}]
   data: {requests-per-second: "250", burst: "500"}
   stages:
     - name: canary
@@ -123,6 +141,14 @@ async fn demo(keep: bool) -> DemoResult<()> {
          open it to watch the rollout region by region while the demo runs\n"
     );
 
+    println!("\nkubectl apply -f - <<EOF{SCHEMA}EOF\n");
+    let schemas: Api<ConfigSchema> = Api::namespaced(hub.clone(), NAMESPACE);
+    let schema: ConfigSchema = serde_saphyr::from_str(SCHEMA).map_err(|e| e.to_string())?;
+    schemas
+        .create(&PostParams::default(), &schema)
+        .await
+        .map_err(|e| e.to_string())?;
+
     println!("\nkubectl apply -f - <<EOF{EXAMPLE}EOF\n");
     let rollouts: Api<ConfigRollout> = Api::namespaced(hub.clone(), NAMESPACE);
     let rollout: ConfigRollout = serde_saphyr::from_str(EXAMPLE).map_err(|e| e.to_string())?;
@@ -175,6 +201,18 @@ async fn demo(keep: bool) -> DemoResult<()> {
     watch_until(&rollouts, "Complete").await?;
     show_regions(&lab).await?;
 
+    println!("\nkubectl patch configrollout rate-limits --type merge -p '{REFUSED_REVISION}'\n");
+    println!("(the schema wants burst >= requests-per-second: refused before any region)\n");
+    let patch: serde_json::Value =
+        serde_json::from_str(REFUSED_REVISION).map_err(|e| e.to_string())?;
+    rollouts
+        .patch(ROLLOUT, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| e.to_string())?;
+    let message = refusal(&rollouts).await?;
+    println!("  InvalidSpec (InvalidValue): {message}");
+    show_regions(&lab).await?;
+
     println!("\nkubectl patch configrollout rate-limits --type merge -p '{BAD_REVISION}'\n");
     println!("(r2 sets timeout_ms to 0, which the workloads refuse, behind an error-rate gate)\n");
     let patch: serde_json::Value = serde_json::from_str(BAD_REVISION).map_err(|e| e.to_string())?;
@@ -213,7 +251,12 @@ async fn demo(keep: bool) -> DemoResult<()> {
     Ok(())
 }
 
-const BAD_REVISION: &str = r#"{"spec": {"data": {"timeout_ms": "0"}, "onFailure": "Rollback", "gates": [{"name": "errors", "query": "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))", "condition": "result < 0.1", "interval": "2s", "initialDelay": "4s", "count": 3}], "stages": [{"name": "canary", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "canary"}}}, "gates": ["errors"]}, {"name": "production", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "production"}}}, "maxParallel": 2, "approval": "Required", "gates": ["errors"]}]}}"#;
+/// Passes every per-key rule, breaks the cross-key one.
+const REFUSED_REVISION: &str =
+    r#"{"spec": {"data": {"requests-per-second": "2500", "burst": "1000"}}}"#;
+
+/// Passes the schema; the workloads refuse a zero timeout.
+const BAD_REVISION: &str = r#"{"spec": {"data": {"requests-per-second": "250", "burst": "500", "timeout_ms": "0"}, "onFailure": "Rollback", "gates": [{"name": "errors", "query": "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))", "condition": "result < 0.1", "interval": "2s", "initialDelay": "4s", "count": 3}], "stages": [{"name": "canary", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "canary"}}}, "gates": ["errors"]}, {"name": "production", "regions": {"selector": {"matchLabels": {"configrollout.dev/tier": "production"}}}, "maxParallel": 2, "approval": "Required", "gates": ["errors"]}]}}"#;
 
 async fn show_regions(lab: &Lab) -> DemoResult<()> {
     println!("\nWhat each region holds now (app/rate-limits):");
@@ -234,6 +277,30 @@ async fn show_regions(lab: &Lab) -> DemoResult<()> {
 }
 
 /// Prints the rollout's columns whenever they change, until `phase`.
+/// Waits for the schema's refusal of the rollout's candidate, and returns its message.
+async fn refusal(rollouts: &Api<ConfigRollout>) -> DemoResult<String> {
+    let started = Instant::now();
+    loop {
+        let rollout = rollouts.get(ROLLOUT).await.map_err(|e| e.to_string())?;
+        let generation = rollout.metadata.generation;
+        let refused = rollout.status.as_ref().and_then(|status| {
+            status
+                .true_condition(conditions::INVALID_SPEC)
+                .filter(|c| c.reason == "InvalidValue" && c.observed_generation == generation)
+                .map(|c| c.message.clone())
+        });
+        if let Some(message) = refused {
+            return Ok(message);
+        }
+        if started.elapsed() > DEADLINE {
+            return Err(format!(
+                "the schema did not refuse the change within {DEADLINE:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn watch_until(rollouts: &Api<ConfigRollout>, phase: &str) -> DemoResult<()> {
     let started = Instant::now();
     let mut last = String::new();
