@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use configrollout::api::annotations::SCHEMA_AUTHOR_ANNOTATION;
 use configrollout::api::{ClusterConfigSchema, ClusterConfigValidator, ConfigSchema};
 use configrollout::engine::tenancy::REQUIRED_SCHEMAS;
 use configrollout_e2e::{HUB, LabOptions, SYSTEM_NAMESPACE};
@@ -145,8 +146,49 @@ async fn values_are_checked_before_any_region_sees_them() {
     }
 }
 
+/// Installs `policies/schema-author.yaml` and waits until the apiserver stamps a schema's
+/// author itself, whatever the client wrote.
+async fn install_schema_author_policy(world: &World) {
+    let path = configrollout_e2e::repository_root().join("policies/schema-author.yaml");
+    world
+        .lab
+        .apply(HUB, configrollout_e2e::User::Admin, &path)
+        .await
+        .expect("install schema-author.yaml");
+    let mut forged = limits_schema("limits", 1000, &[]);
+    forged
+        .annotations_mut()
+        .insert(SCHEMA_AUTHOR_ANNOTATION.to_owned(), "mallory".to_owned());
+    eventually(
+        "the schema's author is stamped by the apiserver",
+        PROGRESS,
+        || async {
+            // Created afresh each time: an update that leaves the spec alone keeps what
+            // the stored object had, which before the policy was enforced was the forgery.
+            let api: Api<ConfigSchema> = Api::namespaced(world.hub.clone(), TEAM);
+            let _ = tokio::time::timeout(CALL, api.delete("limits", &Default::default())).await;
+            eventually("the schema is gone", PROGRESS, || async {
+                within("read schema", api.get_opt("limits"))
+                    .await
+                    .is_none()
+                    .then_some(())
+            })
+            .await;
+            apply_schema(world, &forged).await;
+            let stored = within("read schema", api.get("limits")).await;
+            (stored
+                .annotations()
+                .get(SCHEMA_AUTHOR_ANNOTATION)
+                .map(String::as_str)
+                == Some("admin"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
 async fn a_schema_refuses_spec_data_before_any_region(world: &World) {
-    apply_schema(world, &limits_schema("limits", 1000, &[])).await;
+    install_schema_author_policy(world).await;
     let name = "limited";
     world
         .create_rollout(&rollout_yaml(
@@ -164,6 +206,11 @@ async fn a_schema_refuses_spec_data_before_any_region(world: &World) {
     let record = declared.history.last().expect("r1 recorded");
     assert_eq!(record.schemas.len(), 1, "r1 records its schema: {record:?}");
     assert_eq!(record.schemas[0].name, "limits");
+    assert_eq!(
+        record.schemas[0].author.as_deref(),
+        Some("admin"),
+        "stamped, not forged"
+    );
 
     // Every kind of rule broken at once, each value carrying the sentinel where the type
     // lets it.
