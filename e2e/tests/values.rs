@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use configrollout::api::annotations::SCHEMA_AUTHOR_ANNOTATION;
-use configrollout::api::{ClusterConfigSchema, ClusterConfigValidator, ConfigSchema};
+use configrollout::api::{
+    ClusterConfigSchema, ClusterConfigValidator, ConfigRollout, ConfigSchema,
+};
 use configrollout::engine::tenancy::REQUIRED_SCHEMAS;
 use configrollout_e2e::{HUB, LabOptions, SYSTEM_NAMESPACE};
 use hmac::{Hmac, Mac};
@@ -140,6 +142,7 @@ async fn values_are_checked_before_any_region_sees_them() {
     a_schema_change_applies_from_the_next_revision(&world).await;
     the_grant_requires_a_platform_schema(&world).await;
     external_validators_refuse_time_out_and_accept(&world, &validators).await;
+    the_policy_refuses_at_apply_what_cel_can_check(&world).await;
 
     for (place, text) in observable_output(&world, &format!("http://{probe}/metrics")).await {
         assert!(!text.contains(SENTINEL), "a refused value reached {place}");
@@ -647,4 +650,67 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
             return;
         }
     }
+}
+
+/// `policies/config-schema.yaml`: with it installed, `kubectl apply` of a rollout whose
+/// spec.data breaks a per-key rule of a ConfigSchema it names is refused at once, naming
+/// the schema and the keys, never the value. What CEL does not check there (patterns,
+/// documents, CEL rules) is left to the controller, and a rollout naming no schema is not
+/// concerned.
+async fn the_policy_refuses_at_apply_what_cel_can_check(world: &World) {
+    let path = configrollout_e2e::repository_root().join("policies/config-schema.yaml");
+    world
+        .lab
+        .apply(HUB, configrollout_e2e::User::Admin, &path)
+        .await
+        .expect("install config-schema.yaml");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let try_create = |data: serde_json::Value, schemas: &str| {
+        let yaml = rollout_yaml(
+            "admitted",
+            &format!("{schemas}  data: {data}\n{}", stages()),
+        );
+        let rollout: ConfigRollout = serde_saphyr::from_str(&yaml).expect("rollout YAML");
+        let rollouts = world.rollouts();
+        let params = dry_run.clone();
+        async move {
+            tokio::time::timeout(CALL, rollouts.create(&params, &rollout))
+                .await
+                .expect("the hub answers")
+        }
+    };
+    let named = "  schemas: [{name: limits}]\n";
+    // limits allows rate up to 200 now, mode fast or safe, and nothing unlisted.
+    let bad = json!({"rate": format!("9{SENTINEL}"), "burst": "10", "mode": "turbo"});
+    let message = eventually("the policy refuses at apply", PROGRESS, || async {
+        match try_create(bad.clone(), named).await {
+            Err(kube::Error::Api(status)) => Some(status.message),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        message.contains("ConfigSchema limits refuses the value of key(s) rate, mode"),
+        "{message}"
+    );
+    assert!(!message.contains(SENTINEL), "{message}");
+
+    let missing = json!({"burst": "10", "legacy": "x"});
+    let Err(kube::Error::Api(status)) = try_create(missing, named).await else {
+        panic!("a missing required key is admitted");
+    };
+    assert!(
+        status.message.contains("requires key(s) rate"),
+        "{}",
+        status.message
+    );
+
+    // Within the per-key rules the policy checks; the controller judges the rest.
+    let fine = json!({"rate": "150", "burst": "10", "mode": "safe"});
+    try_create(fine, named).await.expect("admitted");
+    // A rollout that names no schema is not the policy's business.
+    try_create(bad, "").await.expect("admitted without schemas");
 }
