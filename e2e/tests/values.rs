@@ -142,6 +142,7 @@ async fn values_are_checked_before_any_region_sees_them() {
     a_schema_change_applies_from_the_next_revision(&world).await;
     the_grant_requires_a_platform_schema(&world).await;
     external_validators_refuse_time_out_and_accept(&world, &validators).await;
+    lint_reads_the_schemas_from_the_hub(&world).await;
     the_policy_refuses_at_apply_what_cel_can_check(&world).await;
 
     for (place, text) in observable_output(&world, &format!("http://{probe}/metrics")).await {
@@ -713,4 +714,42 @@ async fn the_policy_refuses_at_apply_what_cel_can_check(world: &World) {
     try_create(fine, named).await.expect("admitted");
     // A rollout that names no schema is not the policy's business.
     try_create(bad, "").await.expect("admitted without schemas");
+}
+
+/// `kubectl configrollout lint -f FILE --from-hub`, as the admin: the ConfigSchema the
+/// rollout names and the ClusterConfigSchema the grant requires are read from the hub,
+/// and their refusals printed before anything is applied, without the value.
+async fn lint_reads_the_schemas_from_the_hub(world: &World) {
+    let file = world.lab.root_dir().join("lint-me.yaml");
+    let bad = json!({"rate": format!("5{SENTINEL}"), "burst": "10", "debug_dump": "x"});
+    let yaml = rollout_yaml(
+        "linted",
+        &format!("  schemas: [{{name: limits}}]\n  data: {bad}\n{}", stages()),
+    );
+    std::fs::write(&file, yaml).expect("write the manifest");
+    let kubeconfig = world
+        .lab
+        .kubeconfig(HUB, configrollout_e2e::User::Admin)
+        .expect("kubeconfig");
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_lab-plugin"))
+        .env("KUBECONFIG", &kubeconfig)
+        .args(["lint", "--from-hub", "-n", TEAM, "-f"])
+        .arg(&file)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PROGRESS, run)
+        .await
+        .expect("lint exits")
+        .expect("the plugin runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "refused: {stdout}");
+    assert!(
+        stdout.contains("ConfigSchema limits: key `rate`"),
+        "the rollout's schema, from the hub: {stdout}"
+    );
+    assert!(
+        stdout.contains("ClusterConfigSchema platform-rules: key `debug_dump`"),
+        "the grant's schema, from the hub: {stdout}"
+    );
+    assert!(!stdout.contains(SENTINEL), "{stdout}");
 }

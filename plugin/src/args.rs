@@ -313,6 +313,10 @@ pub enum Command {
         /// requiring them would. Schemas in the linted file itself count too.
         #[arg(long = "schema", value_name = "FILE")]
         schemas: Vec<PathBuf>,
+        /// Also read from the hub (your kubeconfig) the schemas the rollouts name and the
+        /// ClusterConfigSchemas their namespace's grant requires.
+        #[arg(long = "from-hub")]
+        from_hub: bool,
     },
 }
 

@@ -23,7 +23,14 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
     // `lint` is offline: only the other commands load the kubeconfig.
     let hub = || Hub::connect(&cli.global);
     match cli.command {
-        Command::Lint { file, schemas } => lint(&file, &schemas),
+        Command::Lint {
+            file,
+            schemas,
+            from_hub,
+        } => {
+            let hub = if from_hub { Some(hub().await?) } else { None };
+            lint(&file, &schemas, hub.as_ref()).await
+        }
         Command::List {
             all_namespaces,
             watch,

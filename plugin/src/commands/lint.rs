@@ -1,19 +1,33 @@
 //! `lint -f FILE [--schema FILE]...`: every ConfigRollout document of a manifest, checked
 //! offline against the same validation the controller applies: the spec, and the values
 //! of a `spec.data` rollout against the schemas given (ConfigSchemas the rollout names,
-//! every ClusterConfigSchema). External validators are the platform's and are not called
-//! offline; `lint` says which ones the controller will ask.
+//! every ClusterConfigSchema), from `--schema` files, the linted file itself and, with
+//! `--from-hub`, the hub (the schemas the rollouts name, the ClusterConfigSchemas their
+//! grants require). External validators are the platform's and are not called by
+//! `lint`; it says which ones the controller will ask.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, ResourceExt};
+
+use crate::hub::Hub;
 use crate::{CliError, EXIT_COMPLETE, EXIT_FAILED};
-use configrollout_api::{ConfigRollout, ConfigSchemaSpec, SchemaKind};
+use configrollout_api::{
+    ClusterConfigSchema, ConfigRollout, ConfigSchema, ConfigSchemaSpec, SchemaKind,
+};
+use configrollout_core::engine::tenancy::REQUIRED_SCHEMAS;
 use configrollout_core::engine::validate;
 use configrollout_core::values;
 
-/// `lint -f FILE`: every ConfigRollout document of the file, checked offline.
-pub(super) fn lint(file: &Path, schema_files: &[PathBuf]) -> Result<u8, CliError> {
+/// `lint -f FILE`: every ConfigRollout document of the file, checked offline, with the
+/// schemas of `schema_files` and, given `hub`, those read from it.
+pub(super) async fn lint(
+    file: &Path,
+    schema_files: &[PathBuf],
+    hub: Option<&Hub>,
+) -> Result<u8, CliError> {
     let read = |path: &Path| {
         std::fs::read_to_string(path)
             .map_err(|e| CliError::Message(format!("reading {}: {e}", path.display())))
@@ -25,6 +39,9 @@ pub(super) fn lint(file: &Path, schema_files: &[PathBuf]) -> Result<u8, CliError
         for problem in schemas.add_file(&read(path)?) {
             schema_errors.push(format!("{}: {problem}", path.display()));
         }
+    }
+    if let Some(hub) = hub {
+        schemas.read_from_hub(hub, &text).await?;
     }
     for line in &schema_errors {
         println!("{line}");
@@ -78,6 +95,88 @@ impl Schemas {
             }
         }
         problems
+    }
+
+    /// Reads from the hub the schemas the rollouts of `text` name (ConfigSchemas in the
+    /// rollout's namespace, or the hub's default one) and the ClusterConfigSchemas their
+    /// namespaces' grants require, unless the files gave them already. A grant the
+    /// caller may not read is skipped, and said.
+    pub(super) async fn read_from_hub(&mut self, hub: &Hub, text: &str) -> Result<(), CliError> {
+        let documents: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(text).unwrap_or_default();
+        let rollouts: Vec<ConfigRollout> = documents
+            .into_iter()
+            .filter(|value| {
+                value.get("kind").and_then(serde_json::Value::as_str) == Some("ConfigRollout")
+            })
+            .filter_map(|value| serde_json::from_value(value).ok())
+            .collect();
+        let mut wanted: BTreeSet<(bool, String, String)> = BTreeSet::new();
+        let mut namespaces = BTreeSet::new();
+        for rollout in &rollouts {
+            let namespace = rollout
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| hub.namespace.clone());
+            for reference in &rollout.spec.schemas {
+                let cluster = reference.kind == SchemaKind::ClusterConfigSchema;
+                wanted.insert((cluster, namespace.clone(), reference.name.clone()));
+            }
+            namespaces.insert(namespace);
+        }
+        for namespace in namespaces {
+            let api: Api<Namespace> = Api::all(hub.client.clone());
+            let what = format!("reading the grant on namespace {namespace}");
+            match hub.call(&what, api.get(&namespace)).await {
+                Ok(object) => {
+                    let required = object
+                        .annotations()
+                        .get(REQUIRED_SCHEMAS)
+                        .map(|names| {
+                            names
+                                .split(',')
+                                .map(str::trim)
+                                .filter(|n| !n.is_empty())
+                                .map(str::to_owned)
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default();
+                    for name in required {
+                        wanted.insert((true, String::new(), name));
+                    }
+                }
+                Err(CliError::Api {
+                    code: 403 | 404, ..
+                }) => println!(
+                    "note: the grant on namespace {namespace} cannot be read with your \
+                     credentials: the ClusterConfigSchemas it requires are not checked"
+                ),
+                Err(error) => return Err(error),
+            }
+        }
+        for (cluster, namespace, name) in wanted {
+            if self.by_name.contains_key(&(cluster, name.clone())) {
+                continue;
+            }
+            let spec = if cluster {
+                let api: Api<ClusterConfigSchema> = Api::all(hub.client.clone());
+                let what = format!("reading ClusterConfigSchema {name}");
+                hub.call(&what, api.get_opt(&name))
+                    .await?
+                    .map(|schema| schema.spec.rules)
+            } else {
+                let api: Api<ConfigSchema> = Api::namespaced(hub.client.clone(), &namespace);
+                let what = format!("reading ConfigSchema {namespace}/{name}");
+                hub.call(&what, api.get_opt(&name))
+                    .await?
+                    .map(|schema| schema.spec)
+            };
+            if let Some(spec) = spec {
+                self.by_name.insert((cluster, name), spec);
+            }
+        }
+        Ok(())
     }
 
     /// Adds `value` if it is a schema document (`None` if it is not one).
