@@ -22,6 +22,10 @@ use super::{SchemaError, Violation};
 
 /// Most macro calls (comprehensions) one rule may hold.
 pub(super) const MAX_MACROS_PER_RULE: usize = 1;
+/// Deepest nesting of brackets (`(`, `[`, `{`) a rule may hold: the parser recurses
+/// several frames per level, before its own recursion limit, and a rule of 2,048 `(`
+/// would overflow any stack (see `stack`). Rules people write nest a handful deep.
+pub(super) const MAX_RULE_NESTING: usize = 24;
 
 /// A compiled rule.
 pub(super) struct CelRule {
@@ -51,6 +55,12 @@ pub(super) fn compile_rule(index: usize, rule: &ConfigRule) -> Result<CelRule, V
         errors.push(SchemaError::new(
             format!("{field}.message"),
             format!("longer than {max} characters"),
+        ));
+    }
+    if nesting(&rule.rule) > MAX_RULE_NESTING {
+        errors.push(SchemaError::new(
+            format!("{field}.rule"),
+            format!("brackets nested deeper than {MAX_RULE_NESTING}"),
         ));
     }
     if !errors.is_empty() {
@@ -86,6 +96,26 @@ pub(super) fn compile_rule(index: usize, rule: &ConfigRule) -> Result<CelRule, V
         None => format!("rules[{index}]"),
     };
     Ok(CelRule { label, program })
+}
+
+/// The deepest nesting of `(`, `[` and `{` in `rule`, brackets inside string literals
+/// included: reading quotes right would take CEL's whole string grammar (raw, triple-
+/// quoted, escapes), and counting them too can only refuse a rule, never let a deeper one
+/// through.
+fn nesting(rule: &str) -> usize {
+    let mut depth: usize = 0;
+    let mut deepest: usize = 0;
+    for c in rule.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth = depth.saturating_add(1);
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Comprehension nodes in the AST (one per expanded macro), counted without recursion.

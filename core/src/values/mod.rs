@@ -21,6 +21,7 @@ mod cel_rules;
 mod documents;
 mod go_duration;
 mod keys;
+mod stack;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -155,6 +156,15 @@ impl fmt::Debug for CompiledSchema {
 /// first). The apiserver enforces most of the bounds too, but a schema read from a file
 /// (`lint --schema`) has not been through it.
 pub fn compile(spec: &ConfigSchemaSpec) -> Result<CompiledSchema, Vec<SchemaError>> {
+    stack::on_large_stack(|| compile_here(spec)).unwrap_or_else(|| {
+        Err(vec![SchemaError::new(
+            "spec",
+            "could not be compiled (an internal error; the schema refuses every candidate)",
+        )])
+    })
+}
+
+fn compile_here(spec: &ConfigSchemaSpec) -> Result<CompiledSchema, Vec<SchemaError>> {
     let mut errors = Vec::new();
     check_count(&mut errors, "spec.keys", spec.keys.len(), MAX_SCHEMA_KEYS);
     check_count(
@@ -251,6 +261,17 @@ impl CompiledSchema {
     /// missing (in the schema's order), then each key of `data` in order (forbidden,
     /// unknown, its own rule), then the CEL rules in order. Empty when `data` passes.
     pub fn check(&self, data: &BTreeMap<String, String>) -> Vec<Violation> {
+        stack::on_large_stack(|| self.check_here(data)).unwrap_or_else(|| {
+            vec![Violation {
+                key: None,
+                rule: "spec".to_owned(),
+                pointer: None,
+                message: "could not be checked (an internal error): refused".to_owned(),
+            }]
+        })
+    }
+
+    fn check_here(&self, data: &BTreeMap<String, String>) -> Vec<Violation> {
         let mut violations = Vec::new();
         for key in &self.keys {
             if key.required && !data.contains_key(&key.name) {
@@ -332,3 +353,6 @@ mod schema_error_tests;
 
 #[cfg(test)]
 mod sentinel_tests;
+
+#[cfg(test)]
+mod depth_tests;
