@@ -276,6 +276,7 @@ fn full_status_round_trips() {
             authors: Vec::new(),
             authors_unknown: None,
             schemas: Vec::new(),
+            validated_by: Vec::new(),
         }],
         conditions: vec![Condition {
             type_: api::conditions::AWAITING_APPROVAL.into(),

@@ -528,7 +528,17 @@ async fn external_validators_refuse_time_out_and_accept(world: &World, validator
         &limits_schema("validated-limits", 1000, &["accepter"]),
     )
     .await;
-    world.wait_condition(name, "Complete", PROGRESS).await;
+    let complete = world.wait_condition(name, "Complete", PROGRESS).await;
+    let record = complete
+        .status
+        .as_ref()
+        .and_then(|status| status.history.last())
+        .expect("a revision");
+    assert_eq!(
+        record.validated_by,
+        ["accepter"],
+        "the verdict is recorded: {record:?}"
+    );
     let seen = validators.seen.lock().unwrap().clone();
     let accepted: Vec<&Seen> = seen.iter().filter(|s| s.path == "/accept").collect();
     assert!(!accepted.is_empty(), "the accepting validator was asked");

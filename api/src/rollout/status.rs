@@ -491,6 +491,10 @@ pub struct RevisionRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::max_items(crate::MAX_CHECKED_SCHEMAS))]
     pub schemas: Vec<SchemaRecord>,
+    /// The ClusterConfigValidators that accepted it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::max_items(crate::MAX_CHECKED_SCHEMAS))]
+    pub validated_by: Vec<String>,
 }
 
 /// A schema a revision was validated against.

@@ -282,6 +282,7 @@ async fn run_steps(
             .map_err(ReconcileError::Validate)?;
         validated.value_violations = checked.violations;
         validated.checked_schemas = checked.schemas;
+        validated.accepted_by = checked.accepted_by;
         validated.retry_after = checked.retry_after;
     }
     // Keys are claimed in the hub before any region is read, and only by a rollout the
@@ -513,6 +514,7 @@ fn validate(
         claim_refusal: None,
         value_violations: Vec::new(),
         checked_schemas: Vec::new(),
+        accepted_by: Vec::new(),
         retry_after: None,
     })
 }

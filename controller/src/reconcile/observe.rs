@@ -35,6 +35,8 @@ pub struct Validated {
     pub value_violations: Vec<String>,
     /// The schemas the candidate was checked against.
     pub checked_schemas: Vec<crate::api::SchemaRecord>,
+    /// The external validators that accepted the candidate.
+    pub accepted_by: Vec<String>,
     /// When to look again because an external validator gave no verdict.
     pub retry_after: Option<std::time::Duration>,
 }
@@ -161,6 +163,7 @@ pub async fn observe(
         target_refusals,
         value_violations: validated.value_violations.clone(),
         checked_schemas: validated.checked_schemas.clone(),
+        accepted_by: validated.accepted_by.clone(),
         rollout_uid: rollout.metadata.uid.clone().unwrap_or_default(),
         spec_author: rollout.annotations().get(SPEC_AUTHOR_ANNOTATION).cloned(),
         revision_authors: RevisionAuthors::stamped(

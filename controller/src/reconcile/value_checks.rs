@@ -69,6 +69,8 @@ pub struct ValueCheck {
     pub violations: Vec<String>,
     /// The schemas it was checked against, to record with the revision.
     pub schemas: Vec<SchemaRecord>,
+    /// The external validators that accepted it, to record with the revision.
+    pub accepted_by: Vec<String>,
     /// When to look again because a validator gave no verdict.
     pub retry_after: Option<Duration>,
 }
@@ -238,7 +240,7 @@ pub async fn check(
     if result.violations.is_empty() {
         for name in validators {
             match external_verdict(ctx, rollout, desired, &name).await? {
-                CachedVerdict::Allowed => {}
+                CachedVerdict::Allowed => result.accepted_by.push(name),
                 CachedVerdict::Refused(reason) => result.violations.push(format!(
                     "ClusterConfigValidator {name} refused it: {reason}"
                 )),

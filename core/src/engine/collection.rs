@@ -269,6 +269,7 @@ mod tests {
                     authors: Vec::new(),
                     authors_unknown: None,
                     schemas: Vec::new(),
+                    validated_by: Vec::new(),
                 })
                 .collect(),
             ..Default::default()

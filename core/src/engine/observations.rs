@@ -57,6 +57,8 @@ pub struct Observations {
     /// The schemas the candidate was validated against: recorded with the revision when
     /// this decision declares it.
     pub checked_schemas: Vec<configrollout_api::SchemaRecord>,
+    /// The external validators that accepted the candidate: recorded with the revision.
+    pub accepted_by: Vec<String>,
     /// Regions whose target this rollout may not write: an existing ConfigMap that
     /// configrollout does not manage (and no adoption), or keys that another rollout
     /// manages there. Reported as `InvalidSpec` (reason `TargetRefused`); nothing is

@@ -69,6 +69,7 @@ pub(super) fn ensure_current(draft: &mut Draft<'_>) {
         authors: draft.obs.revision_authors.known.clone(),
         authors_unknown: draft.obs.revision_authors.unknown.clone(),
         schemas: draft.obs.checked_schemas.clone(),
+        validated_by: draft.obs.accepted_by.clone(),
     });
     // The changes counted into this revision's authors: the next one counts those after.
     draft.status.authors_counted = Some(draft.obs.revision_authors.counted.clone());

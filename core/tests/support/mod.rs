@@ -226,6 +226,7 @@ impl World {
             target_refusals: Vec::new(),
             value_violations: self.value_violations.clone(),
             checked_schemas: Vec::new(),
+            accepted_by: Vec::new(),
             rollout_uid: self.rollout_uid.clone(),
             spec_author: self.spec_author.clone(),
             revision_authors: self.revision_authors(),

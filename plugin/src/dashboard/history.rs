@@ -168,6 +168,7 @@ mod tests {
             authors: Vec::new(),
             authors_unknown: None,
             schemas: Vec::new(),
+            validated_by: Vec::new(),
         };
         rollout.status = Some(ConfigRolloutStatus {
             history: vec![record("r1"), record("r2")],

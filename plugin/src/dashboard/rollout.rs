@@ -430,6 +430,7 @@ spec:
                 authors: Vec::new(),
                 authors_unknown: None,
                 schemas: Vec::new(),
+                validated_by: Vec::new(),
             }],
             current_stage: Some("prod".to_owned()),
             progress: Some("1/2".to_owned()),

@@ -103,6 +103,7 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
                     (true, None) => "-".to_owned(),
                     (false, None) => printable(&record.authors.join(",")).into_owned(),
                 },
+                checked_by(record),
             ]
         })
         .collect();
@@ -115,7 +116,29 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
             "KEYS-REMOVED",
             "OUTCOME",
             "AUTHORS",
+            "CHECKED-BY",
         ],
         &rows,
     )
+}
+
+/// The schemas (`name@generation`) and external validators a revision passed, or `-`.
+fn checked_by(record: &configrollout_api::RevisionRecord) -> String {
+    let schemas = record.schemas.iter().map(|schema| {
+        let prefix = match schema.kind {
+            configrollout_api::SchemaKind::ConfigSchema => "",
+            configrollout_api::SchemaKind::ClusterConfigSchema => "cluster:",
+        };
+        format!("{prefix}{}@{}", schema.name, schema.generation)
+    });
+    let validators = record
+        .validated_by
+        .iter()
+        .map(|name| format!("validator:{name}"));
+    let all: Vec<String> = schemas.chain(validators).collect();
+    if all.is_empty() {
+        "-".to_owned()
+    } else {
+        printable(&all.join(",")).into_owned()
+    }
 }

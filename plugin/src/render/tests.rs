@@ -552,11 +552,28 @@ team-b      payments   -                  -       -          -         the contr
         status.history[0].authors = vec!["tenant-a".to_owned()];
         status.history[1].authors = vec!["tenant-a".to_owned(), "alice".to_owned()];
         status.history[1].authors_unknown = None;
+        status.history[1].schemas = vec![
+            configrollout_api::SchemaRecord {
+                kind: configrollout_api::SchemaKind::ConfigSchema,
+                name: "limits".to_owned(),
+                generation: 3,
+                author: Some("bob".to_owned()),
+                carried: false,
+            },
+            configrollout_api::SchemaRecord {
+                kind: configrollout_api::SchemaKind::ClusterConfigSchema,
+                name: "org".to_owned(),
+                generation: 1,
+                author: None,
+                carried: false,
+            },
+        ];
+        status.history[1].validated_by = vec!["capacity".to_owned()];
     }
     let expected = "\
-REVISION   DECLARED               DIGEST             KEYS-SET   KEYS-REMOVED   OUTCOME    AUTHORS
-r1         2026-12-01T09:00:00Z   hmac-sha256:1111   3          0              Complete   tenant-a
-r2         2026-12-03T08:00:00Z   hmac-sha256:2222   1          0              -          tenant-a,alice
+REVISION   DECLARED               DIGEST             KEYS-SET   KEYS-REMOVED   OUTCOME    AUTHORS          CHECKED-BY
+r1         2026-12-01T09:00:00Z   hmac-sha256:1111   3          0              Complete   tenant-a         -
+r2         2026-12-03T08:00:00Z   hmac-sha256:2222   1          0              -          tenant-a,alice   limits@3,cluster:org@1,validator:capacity
 ";
     assert_eq!(render_history(&authored), expected);
     if let Some(status) = authored.status.as_mut() {
