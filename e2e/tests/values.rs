@@ -150,15 +150,22 @@ async fn values_are_checked_before_any_region_sees_them() {
     }
 }
 
-/// Installs `policies/schema-author.yaml` and waits until the apiserver stamps a schema's
-/// author itself, whatever the client wrote.
-async fn install_schema_author_policy(world: &World) {
-    let path = configrollout_e2e::repository_root().join("policies/schema-author.yaml");
+/// Installs `policies/<file>` in the hub, as the platform admin.
+async fn install_policy(world: &World, file: &str) {
+    let path = configrollout_e2e::repository_root()
+        .join("policies")
+        .join(file);
     world
         .lab
         .apply(HUB, configrollout_e2e::User::Admin, &path)
         .await
-        .expect("install schema-author.yaml");
+        .unwrap_or_else(|e| panic!("install {file}: {e}"));
+}
+
+/// Installs `policies/schema-author.yaml` and waits until the apiserver stamps a schema's
+/// author itself, whatever the client wrote.
+async fn install_schema_author_policy(world: &World) {
+    install_policy(world, "schema-author.yaml").await;
     let mut forged = limits_schema("limits", 1000, &[]);
     forged
         .annotations_mut()
@@ -669,12 +676,7 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
 /// documents, CEL rules) is left to the controller, and a rollout naming no schema is not
 /// concerned.
 async fn the_policy_refuses_at_apply_what_cel_can_check(world: &World) {
-    let path = configrollout_e2e::repository_root().join("policies/config-schema.yaml");
-    world
-        .lab
-        .apply(HUB, configrollout_e2e::User::Admin, &path)
-        .await
-        .expect("install config-schema.yaml");
+    install_policy(world, "config-schema.yaml").await;
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
