@@ -130,7 +130,7 @@ pub struct KeyRule {
     /// `String`: a regular expression (Rust `regex` syntax, linear time) the whole value
     /// must match; anchor it yourself with `^...$`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = schema::max_length(MAX_PATTERN_LENGTH))]
+    #[schemars(transform = schema::multiline_text(MAX_PATTERN_LENGTH))]
     pub pattern: Option<String>,
     /// `String`: fewest characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,7 +186,7 @@ pub struct ConfigRule {
     /// The expression; it must evaluate to `true`. At most one macro (`all`, `exists`,
     /// `exists_one`, `map`, `filter`) per rule, so that a rule's cost stays linear in the
     /// number of keys.
-    #[schemars(length(min = 1), transform = schema::max_length(MAX_SCHEMA_RULE_LENGTH))]
+    #[schemars(length(min = 1), transform = schema::multiline_text(MAX_SCHEMA_RULE_LENGTH))]
     pub rule: String,
     /// What the refusal says (never the value). Default: the rule's position.
     #[serde(default, skip_serializing_if = "Option::is_none")]

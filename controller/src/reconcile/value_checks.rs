@@ -29,12 +29,17 @@ use crate::engine::tenancy::REQUIRED_SCHEMAS;
 use crate::validators::{ExternalValidator, ValidationRequest, Verdict};
 use configrollout_core::values::{CompiledSchema, compile};
 
-/// Compiled schemas kept at most; the cache is emptied when it would hold more.
-const MAX_COMPILED: usize = 512;
+/// Compiled schemas kept at most; the cache is emptied when it would hold more. Small:
+/// a compiled schema may hold up to 8 MiB of regular expressions, and compiling one
+/// again costs milliseconds, only while a candidate is refused.
+const MAX_COMPILED: usize = 16;
 /// Validator verdicts kept at most; expired ones go first, then all.
 const MAX_VERDICTS: usize = 4096;
 /// How long an external validator's verdict on a candidate is reused.
 const VERDICT_TTL: Duration = Duration::from_secs(600);
+/// Most schemas, and most validators, that may apply to one candidate: the bound of
+/// `status.history[].schemas` and `.validatedBy` in the CRD.
+const MAX_APPLICABLE: usize = 32;
 /// How long after a validator gave no verdict (timeout, error) it is asked again.
 const FAILED_VERDICT_RETRY: Duration = Duration::from_secs(15);
 
@@ -102,29 +107,18 @@ impl ValueChecks {
         }
     }
 
-    fn compiled(
-        &self,
-        uid: &str,
-        generation: i64,
-        spec: &ConfigSchemaSpec,
-    ) -> Result<Arc<CompiledSchema>, String> {
-        let key = (uid.to_owned(), generation);
-        if let Some(found) = self.lock_compiled().get(&key) {
-            return Ok(found.clone());
-        }
-        let compiled = Arc::new(compile(spec).map_err(|errors| {
-            errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })?);
+    fn cached(&self, uid: &str, generation: i64) -> Option<Arc<CompiledSchema>> {
+        self.lock_compiled()
+            .get(&(uid.to_owned(), generation))
+            .cloned()
+    }
+
+    fn remember(&self, uid: &str, generation: i64, compiled: Arc<CompiledSchema>) {
         let mut cache = self.lock_compiled();
         if cache.len() >= MAX_COMPILED {
             cache.clear();
         }
-        cache.insert(key, compiled.clone());
-        Ok(compiled)
+        cache.insert((uid.to_owned(), generation), compiled);
     }
 
     fn lock_compiled(
@@ -192,7 +186,19 @@ pub async fn check(
     let namespace = rollout.namespace().unwrap_or_default();
     let mut result = ValueCheck::default();
     let mut validators = BTreeSet::new();
-    for applicable in applicable(rollout, fetched) {
+    let applicable = applicable(rollout, fetched);
+    // Each is recorded with the revision, in a list the CRD bounds.
+    if applicable.len() > MAX_APPLICABLE {
+        result.violations.push(format!(
+            "{} schemas apply (spec.schemas, the grant's {REQUIRED_SCHEMAS} and those the \
+             current revision was checked against), more than {MAX_APPLICABLE}",
+            applicable.len()
+        ));
+        return Ok(result);
+    }
+    // The candidate is shared by the checks, which run off the runtime's threads.
+    let data = Arc::new(desired.clone());
+    for applicable in applicable {
         let label = label(applicable.kind, &namespace, &applicable.name);
         let Some(object) = read_schema(ctx, &namespace, &applicable).await? else {
             match applicable.origin {
@@ -215,10 +221,7 @@ pub async fn check(
             author: object.author.clone(),
             carried: applicable.origin == Origin::Recorded,
         });
-        let compiled = match ctx
-            .value_checks
-            .compiled(&object.uid, object.generation, &object.spec)
-        {
+        let compiled = match compiled(ctx, &object).await {
             Ok(compiled) => compiled,
             Err(errors) => {
                 result.violations.push(format!(
@@ -227,13 +230,27 @@ pub async fn check(
                 continue;
             }
         };
+        let violations: Vec<String> = {
+            let (compiled, data) = (compiled.clone(), data.clone());
+            off_runtime(move || compiled.check(&data))
+                .await
+                .map(|violations| violations.iter().map(ToString::to_string).collect())
+                .unwrap_or_else(|| {
+                    vec!["could not be checked (an internal error): refused".to_owned()]
+                })
+        };
         result.violations.extend(
-            compiled
-                .check(desired)
-                .iter()
+            violations
+                .into_iter()
                 .map(|violation| format!("{label}: {violation}")),
         );
         validators.extend(compiled.validators().iter().cloned());
+    }
+    if validators.len() > MAX_APPLICABLE {
+        result.violations.push(format!(
+            "the schemas name {} ClusterConfigValidators, more than {MAX_APPLICABLE}",
+            validators.len()
+        ));
     }
     // External validators judge only what the schemas accept: a refused candidate is
     // not sent anywhere.
@@ -255,6 +272,35 @@ pub async fn check(
         }
     }
     Ok(result)
+}
+
+/// Runs CPU-bound work (compiling or checking a schema, up to milliseconds on the largest
+/// inputs) on the runtime's blocking pool, so that a tenant's heavy schema never holds a
+/// worker the other reconciles and the Lease renewal need; `None` if it panicked.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(work).await.ok()
+}
+
+/// The schema compiled: from the cache, or compiled now off the runtime's workers.
+async fn compiled(ctx: &Context, object: &SchemaObject) -> Result<Arc<CompiledSchema>, String> {
+    if let Some(found) = ctx.value_checks.cached(&object.uid, object.generation) {
+        return Ok(found);
+    }
+    let spec = object.spec.clone();
+    let compiled = off_runtime(move || compile(&spec))
+        .await
+        .ok_or_else(|| "could not be compiled (an internal error)".to_owned())?
+        .map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+    let compiled = Arc::new(compiled);
+    ctx.value_checks
+        .remember(&object.uid, object.generation, compiled.clone());
+    Ok(compiled)
 }
 
 /// The schemas that apply to the rollout's candidate, each once, spec first.

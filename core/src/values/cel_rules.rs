@@ -22,6 +22,14 @@ use super::{SchemaError, Violation};
 
 /// Most macro calls (comprehensions) one rule may hold.
 pub(super) const MAX_MACROS_PER_RULE: usize = 1;
+/// Most `+` operations one rule may hold: each may copy the values it joins, and a rule
+/// adding a 1 MiB value to itself a few hundred times would allocate gigabytes.
+pub(super) const MAX_ADDITIONS_PER_RULE: usize = 16;
+/// Functions a rule may not call: `matches` compiles its pattern at every call, with the
+/// CEL library's own size limit rather than [`super::PATTERN_SIZE_LIMIT`], once per key
+/// inside a macro; a key's `pattern` does the same check, compiled once and bounded.
+const REFUSED_FUNCTIONS: &[&str] = &["matches"];
+
 /// Deepest nesting of brackets (`(`, `[`, `{`) a rule may hold: the parser recurses
 /// several frames per level, before its own recursion limit, and a rule of 2,048 `(`
 /// would overflow any stack (see `stack`). Rules people write nest a handful deep.
@@ -57,6 +65,12 @@ pub(super) fn compile_rule(index: usize, rule: &ConfigRule) -> Result<CelRule, V
             format!("longer than {max} characters"),
         ));
     }
+    if let Some((index, c)) = configrollout_api::text::first_refused_in_multiline(&rule.rule) {
+        errors.push(SchemaError::new(
+            format!("{field}.rule"),
+            configrollout_api::text::refused_character_message(index, c),
+        ));
+    }
     if nesting(&rule.rule) > MAX_RULE_NESTING {
         errors.push(SchemaError::new(
             format!("{field}.rule"),
@@ -81,7 +95,26 @@ pub(super) fn compile_rule(index: usize, rule: &ConfigRule) -> Result<CelRule, V
             .unwrap_or_else(|| "not a CEL expression".to_owned());
         vec![SchemaError::new(format!("{field}.rule"), message)]
     })?;
-    let macros = count_macros(program.expression());
+    let census = census(program.expression());
+    if let Some(function) = census.refused_function {
+        return Err(vec![SchemaError::new(
+            format!("{field}.rule"),
+            format!(
+                "`{function}` is not available in rules: give the key a `pattern` (checked \
+                 with a compiled, bounded regular expression)"
+            ),
+        )]);
+    }
+    if census.additions > MAX_ADDITIONS_PER_RULE {
+        return Err(vec![SchemaError::new(
+            format!("{field}.rule"),
+            format!(
+                "{} `+` operations; at most {MAX_ADDITIONS_PER_RULE} per rule",
+                census.additions
+            ),
+        )]);
+    }
+    let macros = census.macros;
     if macros > MAX_MACROS_PER_RULE {
         return Err(vec![SchemaError::new(
             format!("{field}.rule"),
@@ -118,14 +151,25 @@ fn nesting(rule: &str) -> usize {
     deepest
 }
 
-/// Comprehension nodes in the AST (one per expanded macro), counted without recursion.
-fn count_macros(root: &cel::IdedExpr) -> usize {
-    let mut count: usize = 0;
+/// What a rule's AST holds that bounds its cost.
+#[derive(Default)]
+struct Census {
+    /// Comprehension nodes (one per expanded macro).
+    macros: usize,
+    /// `+` operations.
+    additions: usize,
+    /// A call of one of [`REFUSED_FUNCTIONS`], if any.
+    refused_function: Option<&'static str>,
+}
+
+/// Counts, without recursion, what [`Census`] holds.
+fn census(root: &cel::IdedExpr) -> Census {
+    let mut census = Census::default();
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
         match &node.expr {
             Expr::Comprehension(comprehension) => {
-                count = count.saturating_add(1);
+                census.macros = census.macros.saturating_add(1);
                 stack.extend([
                     &comprehension.iter_range,
                     &comprehension.accu_init,
@@ -135,6 +179,15 @@ fn count_macros(root: &cel::IdedExpr) -> usize {
                 ]);
             }
             Expr::Call(call) => {
+                if call.func_name == cel::common::ast::operators::ADD {
+                    census.additions = census.additions.saturating_add(1);
+                }
+                if let Some(refused) = REFUSED_FUNCTIONS
+                    .iter()
+                    .find(|refused| **refused == call.func_name)
+                {
+                    census.refused_function = Some(*refused);
+                }
                 stack.extend(call.target.as_deref());
                 stack.extend(&call.args);
             }
@@ -158,7 +211,7 @@ fn count_macros(root: &cel::IdedExpr) -> usize {
             Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
         }
     }
-    count
+    census
 }
 
 /// Evaluates every rule with `self` bound to `data`, adding a violation for each that does

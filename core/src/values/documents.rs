@@ -291,6 +291,33 @@ fn redacted_pointer(document: &Value, pointer: &str, named: &BTreeSet<String>) -
     out
 }
 
+/// How many regular expressions a JSON Schema asks to compile: each `pattern` string and
+/// each entry of a `patternProperties` object, wherever they stand (one in data, under
+/// `const` or `enum`, counts too: over-counting only refuses sooner). Without recursion.
+pub(super) fn count_patterns(schema: &Value) -> usize {
+    let mut count: usize = 0;
+    let mut stack = vec![schema];
+    while let Some(node) = stack.pop() {
+        match node {
+            Value::Object(map) => {
+                for (name, value) in map {
+                    match (name.as_str(), value) {
+                        ("pattern", Value::String(_)) => count = count.saturating_add(1),
+                        ("patternProperties", Value::Object(entries)) => {
+                            count = count.saturating_add(entries.len());
+                        }
+                        _ => {}
+                    }
+                    stack.push(value);
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    count
+}
+
 /// Walks the schema once, without recursion: refuses one nested deeper than
 /// [`MAX_JSON_SCHEMA_DEPTH`] or with a reference outside itself, and collects the property
 /// names it spells.

@@ -182,6 +182,10 @@ fn compile_pattern(pattern: &str) -> Result<Regex, String> {
     if pattern.chars().count() > max {
         return Err(format!("longer than {max} characters"));
     }
+    // A pattern is quoted in every refusal it makes: no terminal control in it.
+    if let Some((index, c)) = configrollout_api::text::first_refused_in_multiline(pattern) {
+        return Err(configrollout_api::text::refused_character_message(index, c));
+    }
     RegexBuilder::new(pattern)
         .size_limit(PATTERN_SIZE_LIMIT)
         .dfa_size_limit(PATTERN_SIZE_LIMIT)

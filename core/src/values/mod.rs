@@ -38,10 +38,13 @@ use keys::KeyCheck;
 pub const MAX_VIOLATIONS_PER_KEY: usize = 5;
 
 /// Largest compiled form of a regular expression (`pattern`, and JSON Schema patterns), and
-/// of its lazy DFA cache, in bytes: far more than any sensible pattern of
-/// `MAX_PATTERN_LENGTH` characters needs, far less than a hostile one (`(a{1000}){1000}`)
-/// would take.
-pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+/// of its lazy DFA cache, in bytes: far more than a sensible pattern needs (`^[a-z-]+$`
+/// takes a few KiB), far less than a hostile one (`(a{1000}){1000}`) would take.
+pub const PATTERN_SIZE_LIMIT: usize = 128 << 10;
+/// Most regular expressions one schema holds (keys' `pattern`s, and `pattern` and
+/// `patternProperties` inside its JSON Schemas), so that a compiled schema stays within
+/// `2 * MAX_PATTERNS * PATTERN_SIZE_LIMIT` (8 MiB) however it is written.
+pub const MAX_PATTERNS: usize = 32;
 
 /// Longest text of a JSON Schema compile error kept in a [`SchemaError`].
 const MAX_SCHEMA_MESSAGE_CHARS: usize = 300;
@@ -194,6 +197,27 @@ fn compile_here(spec: &ConfigSchemaSpec) -> Result<CompiledSchema, Vec<SchemaErr
         } else if !forbidden.insert(name.clone()) {
             errors.push(SchemaError::new(field, format!("`{name}` is listed twice")));
         }
+    }
+
+    let patterns = spec
+        .keys
+        .iter()
+        .map(|key| {
+            usize::from(key.pattern.is_some()).saturating_add(
+                key.json_schema
+                    .as_ref()
+                    .map_or(0, documents::count_patterns),
+            )
+        })
+        .fold(0usize, usize::saturating_add);
+    if patterns > MAX_PATTERNS {
+        errors.push(SchemaError::new(
+            "spec.keys",
+            format!(
+                "{patterns} regular expressions (patterns, and patterns in JSON Schemas); at \
+                 most {MAX_PATTERNS} per schema"
+            ),
+        ));
     }
 
     let mut compiled_keys = Vec::with_capacity(spec.keys.len());

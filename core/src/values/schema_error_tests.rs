@@ -155,3 +155,57 @@ fn cel_rule_errors_at_compile() {
     );
     assert_eq!(errors[3], "spec.rules[4].rule: empty rule");
 }
+
+#[test]
+fn rules_that_could_cost_without_bound_are_refused() {
+    let errors = schema_errors(json!({"rules": [
+        {"rule": "self.all(k, self[k].matches('^[a-z]+$'))"},
+        {"rule": format!("size(self.a{}) > 0", " + self.a".repeat(17))},
+        {"rule": format!("size(self.a{}) > 0", " + self.a".repeat(16))},
+    ]}));
+    assert_eq!(
+        errors,
+        [
+            "spec.rules[0].rule: `matches` is not available in rules: give the key a `pattern` \
+             (checked with a compiled, bounded regular expression)",
+            "spec.rules[1].rule: 17 `+` operations; at most 16 per rule",
+        ]
+    );
+}
+
+#[test]
+fn a_schema_holds_a_bounded_number_of_regular_expressions() {
+    let keys: Vec<serde_json::Value> = (0..MAX_PATTERNS)
+        .map(|i| json!({"name": format!("k{i}"), "type": "String", "pattern": "^[a-z]+$"}))
+        .collect();
+    let within: ConfigSchemaSpec = serde_json::from_value(json!({ "keys": keys })).expect("schema");
+    assert!(compile(&within).is_ok());
+    let mut over = keys;
+    over.push(json!({"name": "doc", "type": "Json", "jsonSchema": {
+        "properties": {"a": {"type": "string", "pattern": "^x"}}}}));
+    assert_eq!(
+        schema_errors(json!({ "keys": over })),
+        [format!(
+            "spec.keys: {} regular expressions (patterns, and patterns in JSON Schemas); at \
+             most {MAX_PATTERNS} per schema",
+            MAX_PATTERNS + 1
+        )]
+    );
+}
+
+#[test]
+fn patterns_and_rules_hold_no_terminal_control() {
+    let errors = schema_errors(json!({
+        "keys": [{"name": "a", "type": "String", "pattern": "^a\u{1b}[2J$"}],
+        "rules": [{"rule": "true \u{202e}"}],
+    }));
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with("spec.keys[0].pattern: holds U+001B"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("spec.rules[0].rule: holds U+202E"),
+        "{errors:?}"
+    );
+}

@@ -58,7 +58,7 @@ fn schema() -> CompiledSchema {
         "unknownKeys": "Forbid",
         "rules": [
             {"rule": "!has(self.rate) || int(self.rate) >= 0", "message": "rate is a number"},
-            {"rule": "!has(self.pat) || self.name.matches(self.pat)"},
+            {"rule": "!has(self.pat) || self.name.startsWith(self.pat)"},
             {"rule": "!has(self.ref) || self[self.ref] == 'x'"},
             {"rule": "!has(self.ratio) || double(self.ratio) > 0.0"},
             {"rule": "!has(self.name) || self.name + 1 == 2"},

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, ResourceExt};
 
 use crate::hub::Hub;
+use crate::render::printable;
 use crate::{CliError, EXIT_COMPLETE, EXIT_FAILED};
 use configrollout_api::{
     ClusterConfigSchema, ConfigRollout, ConfigSchema, ConfigSchemaSpec, SchemaKind,
@@ -43,12 +44,15 @@ pub(super) async fn lint(
     if let Some(hub) = hub {
         schemas.read_from_hub(hub, &text).await?;
     }
+    // Schema errors and violations quote the schemas' own text (a pattern, a rule),
+    // which whoever may write a ConfigSchema wrote: shown as text, never as terminal
+    // control sequences.
     for line in &schema_errors {
-        println!("{line}");
+        println!("{}", printable(line));
     }
     let report = lint_with(&text, schemas);
     for line in &report.lines {
-        println!("{}: {line}", file.display());
+        println!("{}: {}", file.display(), printable(line));
     }
     Ok(if report.ok && schema_errors.is_empty() {
         EXIT_COMPLETE
@@ -124,6 +128,15 @@ impl Schemas {
                 wanted.insert((cluster, namespace.clone(), reference.name.clone()));
             }
             namespaces.insert(namespace);
+        }
+        // Schemas are looked up by name: one namespace's, so that a rollout is never
+        // checked against another namespace's schema of the same name.
+        if namespaces.len() > 1 {
+            return Err(CliError::Message(format!(
+                "lint --from-hub reads one namespace's schemas; the file holds rollouts of \
+                 {}: lint them one namespace at a time",
+                namespaces.into_iter().collect::<Vec<_>>().join(", ")
+            )));
         }
         for namespace in namespaces {
             let api: Api<Namespace> = Api::all(hub.client.clone());
