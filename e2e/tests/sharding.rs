@@ -38,7 +38,9 @@ fn rollout_name(index: usize) -> String {
 }
 
 fn rollout_yaml(name: &str) -> String {
-    // Two stages; the first bakes long enough that the kill lands mid-rollout.
+    // Two stages; the first bakes long enough that the kill lands mid-rollout, even when
+    // the 200 creates take a minute beside another lab on two cores (a CI run saw 66 s,
+    // past a 25 s bake: every rollout done before the kill).
     format!(
         r#"
 apiVersion: configrollout.dev/v1alpha1
@@ -48,7 +50,7 @@ spec:
   target: {{namespace: app, name: {name}}}
   data: {{k: "1"}}
   stages:
-    - {{name: canary, regions: {{names: [region-1]}}, pause: {{duration: 25s}}}}
+    - {{name: canary, regions: {{names: [region-1]}}, pause: {{duration: 90s}}}}
     - {{name: rest, regions: {{names: [region-2]}}}}
 "#
     )
@@ -365,7 +367,7 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: "configroll
         .await;
 
     // Mid-rollout: every rollout has been picked up (a phase in status); the first stage
-    // bakes for 25 s, so none is done yet (checked below for the victim's).
+    // bakes for 90 s, so none is done yet (checked below for the victim's).
     eventually("every rollout has started", COMPLETE, || async {
         let listed = within("list rollouts", rollouts.list(&ListParams::default())).await;
         let started = listed
