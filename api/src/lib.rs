@@ -12,6 +12,7 @@ pub mod conditions;
 mod config_schema;
 mod config_validator;
 pub mod duration;
+mod notification_sink;
 mod region;
 mod rollout;
 pub mod schema;
@@ -25,6 +26,7 @@ pub use duration::{
     Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
     GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
 };
+pub use notification_sink::*;
 pub use region::*;
 pub use rollout::*;
 
@@ -67,6 +69,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ConfigSchema::crd(),
         ClusterConfigSchema::crd(),
         ClusterConfigValidator::crd(),
+        ClusterNotificationSink::crd(),
     ]
 }
 

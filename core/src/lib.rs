@@ -7,6 +7,7 @@
 //! - [`engine`]: the rollout state machine (`engine::decide`, `engine::settle`).
 //! - [`gates`]: the gate condition grammar, query templates, the verdict of one sample
 //!   and the `GateProvider` seam a backend plugs into.
+//! - [`notify`]: which transitions are announced to which sinks, and the outbox.
 //! - [`values`]: ConfigSchema checks of a candidate's key/values (per-key types, JSON
 //!   Schema, CEL rules), compiled once and checked many times.
 
@@ -15,4 +16,5 @@
 pub mod crdt;
 pub mod engine;
 pub mod gates;
+pub mod notify;
 pub mod values;

@@ -71,6 +71,7 @@ fn grant_choice() -> impl Strategy<Value = Grant> {
             }),
             adoption,
             required_schemas: BTreeSet::new(),
+            ..Grant::default()
         })
 }
 

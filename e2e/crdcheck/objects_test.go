@@ -113,6 +113,7 @@ func TestFixturesAreAdmittedAndDefaulted(t *testing.T) {
 		{"ConfigSchema", "configschema.yaml"},
 		{"ClusterConfigSchema", "clusterconfigschema.yaml"},
 		{"ClusterConfigValidator", "clusterconfigvalidator.yaml"},
+		{"ClusterNotificationSink", "clusternotificationsink.yaml"},
 	} {
 		if _, errs := k[c.kind].Admit(fixture(t, c.file), nil); len(errs) > 0 {
 			t.Errorf("%s refused: %v", c.file, errs.ToAggregate())
@@ -330,6 +331,18 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.url": "http://capacity.platform.svc/validate"}, "spec.url: https://, or http:// to a loopback address"},
 		{"validator timeout over 30s", "ClusterConfigValidator", "clusterconfigvalidator.yaml",
 			map[string]string{"spec.timeoutSeconds": "31"}, "spec.timeoutSeconds"},
+		{"sink over plain http to another host", "ClusterNotificationSink", "clusternotificationsink.yaml",
+			map[string]string{"spec.url": "http://hooks.example.com/x"}, "spec.url: https://, or http:// to a loopback address"},
+		{"sink with both url and urlSecret", "ClusterNotificationSink", "clusternotificationsink.yaml",
+			map[string]string{"spec.urlSecret": "{name: slack, key: url}"}, "exactly one of url and urlSecret"},
+		{"sink header the controller sets", "ClusterNotificationSink", "clusternotificationsink.yaml",
+			map[string]string{"spec.headers.0.name": "X-Configrollout-Signature"}, "the controller sets this header itself"},
+		{"sink of an unknown type", "ClusterNotificationSink", "clusternotificationsink.yaml",
+			map[string]string{"spec.type": "Pager"}, "spec.type"},
+		{"rollout subscribed twice to one sink", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.notifications": "[{sink: oncall}, {sink: oncall, triggers: [Halted]}]"}, "each sink once"},
+		{"rollout subscribed to an unknown trigger", "ConfigRollout", "rollout-full.yaml",
+			map[string]string{"spec.notifications": "[{sink: oncall, triggers: [Sometimes]}]"}, "spec.notifications[0].triggers[0]"},
 		{"approval reason with a carriage return", "StageApproval", "stageapproval.yaml",
 			map[string]string{"spec.reason": "\"looks fine\\rAPPROVED BY ADMIN\""}, "spec.reason in body should match"},
 	}

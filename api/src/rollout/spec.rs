@@ -119,6 +119,12 @@ pub struct ConfigRolloutSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = schema::max_items(crate::MAX_ROLLOUT_SCHEMAS))]
     pub schemas: Vec<crate::SchemaRef>,
+    /// Platform sinks (ClusterNotificationSinks the namespace's grant allows) told about
+    /// this rollout's transitions: approvals awaited, stages passed, halts, rollbacks,
+    /// completion. Sink names are unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = notifications_rules)]
+    pub notifications: Vec<crate::Subscription>,
     /// The stages, run in order. Stage names are unique.
     #[schemars(length(min = 1), transform = schema::max_items(MAX_STAGES))]
     pub stages: Vec<Stage>,
@@ -263,6 +269,17 @@ fn immutable_target(schema: &mut Schema) {
              target; create another ConfigRollout for another ConfigMap",
         )
         .reason("FieldValueForbidden")],
+    );
+}
+
+fn notifications_rules(schema: &mut Schema) {
+    schema::set(schema, "maxItems", crate::MAX_SUBSCRIPTIONS);
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "self.all(a, self.exists_one(b, b.sink == a.sink))",
+            "spec.notifications: each sink once",
+        )],
     );
 }
 

@@ -96,6 +96,9 @@ pub struct ConfigRolloutStatus {
     /// controller runs sharded (`--shards` above 1); absent with one shard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<ShardWriter>,
+    /// Notices due to the subscribed sinks, and how far each sink was delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<crate::NotificationStatus>,
 }
 
 /// The writer of a sharded controller's status write.

@@ -26,7 +26,7 @@
 
 mod actions;
 mod approvals;
-mod clock;
+pub mod clock;
 pub mod collection;
 mod conditions;
 mod control;

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use configrollout_api::ConfigRolloutSpec;
+use configrollout_api::{ConfigRolloutSpec, NotificationTrigger, Subscription};
 
 use super::validate::SpecError;
 
@@ -30,8 +30,18 @@ pub const ALLOW_ADOPTION: &str = "configrollout.dev/allow-adoption";
 /// candidate revision of the namespace's rollouts must satisfy, whatever their
 /// `spec.schemas` say.
 pub const REQUIRED_SCHEMAS: &str = "configrollout.dev/required-schemas";
+/// Namespace annotation: the ClusterNotificationSinks (comma-separated names, or `*` for
+/// any) that rollouts of the namespace may subscribe to in `spec.notifications`. Absent:
+/// none.
+pub const NOTIFICATION_SINKS: &str = "configrollout.dev/notification-sinks";
+/// Namespace annotation: subscriptions of every rollout of the namespace, made by the
+/// platform admin: comma-separated `sink` (every trigger) or `sink=Trigger|Trigger`,
+/// e.g. `audit, oncall=Halted|RolledBack`. A sink named here needs no other grant.
+pub const NOTIFY: &str = "configrollout.dev/notify";
 /// Most entries an allow-list annotation may hold, so a grant stays cheap to check.
 const MAX_GRANT_ENTRIES: usize = 256;
+/// Most sinks the [`NOTIFY`] annotation may subscribe every rollout to.
+const MAX_NAMESPACE_SUBSCRIPTIONS: usize = 8;
 
 /// The target namespaces a grant allows besides the rollout's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,6 +69,33 @@ pub struct Grant {
     pub adoption: bool,
     /// ClusterConfigSchemas every candidate revision must satisfy.
     pub required_schemas: BTreeSet<String>,
+    /// The sinks rollouts may subscribe to themselves.
+    pub notification_sinks: SinkGrant,
+    /// The subscriptions the admin made for every rollout of the namespace.
+    pub namespace_subscriptions: Vec<Subscription>,
+}
+
+/// The ClusterNotificationSinks a grant lets rollouts subscribe to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SinkGrant {
+    /// None.
+    #[default]
+    None,
+    /// These.
+    Only(BTreeSet<String>),
+    /// Any sink (`*`).
+    Any,
+}
+
+impl SinkGrant {
+    /// Whether rollouts may subscribe to `sink`.
+    pub fn allows(&self, sink: &str) -> bool {
+        match self {
+            SinkGrant::None => false,
+            SinkGrant::Only(names) => names.contains(sink),
+            SinkGrant::Any => true,
+        }
+    }
 }
 
 impl Grant {
@@ -97,6 +134,17 @@ impl Grant {
                 ));
             }
             grant.required_schemas = names;
+        }
+        if let Some(text) = annotations.get(NOTIFICATION_SINKS) {
+            let names = list(NOTIFICATION_SINKS, text)?;
+            grant.notification_sinks = if names.contains("*") {
+                SinkGrant::Any
+            } else {
+                SinkGrant::Only(names)
+            };
+        }
+        if let Some(text) = annotations.get(NOTIFY) {
+            grant.namespace_subscriptions = namespace_subscriptions(text)?;
         }
         if let Some(text) = annotations.get(ALLOW_ADOPTION) {
             grant.adoption = match text.trim() {
@@ -171,6 +219,23 @@ impl Grant {
                 });
             }
         }
+        for (index, subscription) in spec.notifications.iter().enumerate() {
+            let sink = &subscription.sink;
+            let by_admin = self
+                .namespace_subscriptions
+                .iter()
+                .any(|admin| &admin.sink == sink);
+            if !self.notification_sinks.allows(sink) && !by_admin {
+                errors.push(SpecError {
+                    field: format!("spec.notifications[{index}].sink"),
+                    message: format!(
+                        "sink {sink} is not granted to rollouts of namespace {} \
+                         (annotation {NOTIFICATION_SINKS} on Namespace {})",
+                        self.namespace, self.namespace
+                    ),
+                });
+            }
+        }
         if spec.target.adopt && !self.adoption {
             errors.push(SpecError {
                 field: "spec.target.adopt".to_owned(),
@@ -183,6 +248,69 @@ impl Grant {
         }
         errors
     }
+}
+
+/// The subscriptions of a [`NOTIFY`] annotation.
+fn namespace_subscriptions(text: &str) -> Result<Vec<Subscription>, SpecError> {
+    let mut subscriptions: Vec<Subscription> = Vec::new();
+    for entry in text
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
+        if subscriptions.len() >= MAX_NAMESPACE_SUBSCRIPTIONS {
+            return Err(annotation_error(
+                NOTIFY,
+                &format!("lists more than {MAX_NAMESPACE_SUBSCRIPTIONS} sinks"),
+            ));
+        }
+        let (sink, triggers) = match entry.split_once('=') {
+            Some((sink, triggers)) => (sink.trim(), Some(triggers)),
+            None => (entry, None),
+        };
+        if sink == "*" || !is_grant_entry(sink) {
+            return Err(annotation_error(
+                NOTIFY,
+                &format!("{sink:?} is not a sink name (DNS-1123)"),
+            ));
+        }
+        if subscriptions.iter().any(|known| known.sink == sink) {
+            return Err(annotation_error(NOTIFY, &format!("names {sink} twice")));
+        }
+        let mut wanted = Vec::new();
+        for name in triggers.into_iter().flat_map(|text| text.split('|')) {
+            let name = name.trim();
+            let trigger = NotificationTrigger::parse(name).ok_or_else(|| {
+                annotation_error(
+                    NOTIFY,
+                    &format!("{name:?} is not a trigger (one of {})", trigger_names()),
+                )
+            })?;
+            if !wanted.contains(&trigger) {
+                wanted.push(trigger);
+            }
+        }
+        if triggers.is_some() && wanted.is_empty() {
+            return Err(annotation_error(
+                NOTIFY,
+                &format!("{sink}= names no trigger"),
+            ));
+        }
+        subscriptions.push(Subscription {
+            sink: sink.to_owned(),
+            triggers: wanted,
+            remind_after: None,
+        });
+    }
+    Ok(subscriptions)
+}
+
+fn trigger_names() -> String {
+    NotificationTrigger::ALL
+        .iter()
+        .map(|trigger| trigger.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn list(annotation: &str, text: &str) -> Result<BTreeSet<String>, SpecError> {
@@ -322,10 +450,78 @@ mod tests {
             (ALLOWED_TARGET_NAMESPACES, "app,Kube System"),
             (ALLOWED_REGIONS, "-region"),
             (ALLOW_ADOPTION, "yes"),
+            (NOTIFICATION_SINKS, "Slack"),
+            (NOTIFY, "audit=Sometimes"),
+            (NOTIFY, "audit=,x"),
+            (NOTIFY, "audit, audit"),
+            (NOTIFY, "*"),
         ] {
             let error = Grant::from_annotations("team-a", &annotations(&[(annotation, value)]))
                 .unwrap_err();
             assert!(error.field.contains(annotation), "{error}");
         }
+    }
+
+    fn subscribing(sinks: &[&str]) -> ConfigRolloutSpec {
+        let mut spec = spec("team-a", &["region-1"], false);
+        spec.notifications = sinks
+            .iter()
+            .map(|sink| Subscription {
+                sink: (*sink).to_owned(),
+                triggers: Vec::new(),
+                remind_after: None,
+            })
+            .collect();
+        spec
+    }
+
+    #[test]
+    fn a_rollout_subscribes_only_to_granted_sinks() {
+        let plain = Grant::own_namespace("team-a");
+        let errors = plain.check(&subscribing(&["team-slack"]));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.notifications[0].sink");
+        assert!(
+            errors[0].message.contains(NOTIFICATION_SINKS),
+            "{}",
+            errors[0]
+        );
+
+        let granted = Grant::from_annotations(
+            "team-a",
+            &annotations(&[(NOTIFICATION_SINKS, "team-slack, audit")]),
+        )
+        .unwrap();
+        assert!(
+            granted
+                .check(&subscribing(&["team-slack", "audit"]))
+                .is_empty()
+        );
+        let errors = granted.check(&subscribing(&["audit", "platform-pager"]));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.notifications[1].sink");
+
+        let any =
+            Grant::from_annotations("team-a", &annotations(&[(NOTIFICATION_SINKS, "*")])).unwrap();
+        assert!(any.check(&subscribing(&["whatever"])).is_empty());
+    }
+
+    #[test]
+    fn the_admin_subscribes_a_whole_namespace() {
+        let grant = Grant::from_annotations(
+            "team-a",
+            &annotations(&[(NOTIFY, "audit, oncall=Halted|RolledBack")]),
+        )
+        .unwrap();
+        assert_eq!(grant.namespace_subscriptions.len(), 2);
+        assert!(grant.namespace_subscriptions[0].triggers.is_empty());
+        assert_eq!(
+            grant.namespace_subscriptions[1].triggers,
+            vec![NotificationTrigger::Halted, NotificationTrigger::RolledBack]
+        );
+        // A sink the admin subscribed the namespace to may be named by its rollouts too
+        // (for other triggers, say); others still may not.
+        assert!(grant.check(&subscribing(&["oncall"])).is_empty());
+        assert_eq!(grant.check(&subscribing(&["team-slack"])).len(), 1);
     }
 }

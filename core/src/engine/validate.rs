@@ -137,6 +137,24 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         }
     }
 
+    for (index, subscription) in spec.notifications.iter().enumerate() {
+        let field = |name: &str| format!("spec.notifications[{index}].{name}");
+        let earlier = &spec.notifications[..index];
+        if earlier.iter().any(|other| other.sink == subscription.sink) {
+            report(
+                field("sink"),
+                format!("sink {} is subscribed twice", subscription.sink),
+            );
+        }
+        if let Some(problem) = subscription
+            .remind_after
+            .as_deref()
+            .and_then(|after| duration_problem(after, Positive::Yes, PAUSE_CEILING))
+        {
+            report(field("remindAfter"), problem);
+        }
+    }
+
     for (index, consumer) in spec.consumers.iter().enumerate() {
         // A selector must ask for something: `{}`, or only NotIn / DoesNotExist on keys a
         // tenant can make up, matches every workload of the namespace.
