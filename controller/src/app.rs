@@ -172,6 +172,15 @@ pub async fn run(options: Options) -> Result<(), AppError> {
     // Prometheus the Region names or from none.
     let http = crate::prometheus::http_client(None)
         .map_err(|e| AppError::Startup(format!("HTTP client: {e}")))?;
+    let fence = WriteFence::sharded(shards.clone(), metrics.clone());
+    let notifier = crate::notifications::Notifier::new(
+        hub.clone(),
+        options.namespace.clone(),
+        CONTROLLER_NAME.to_owned(),
+        fence.clone(),
+        metrics.clone(),
+        stop_work.clone(),
+    );
     let ctx = Arc::new(Context {
         hub: hub.clone(),
         hub_cache: Default::default(),
@@ -198,7 +207,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             options.prometheus_limits(),
         )),
         events: EventPublisher::new(hub.clone(), CONTROLLER_NAME),
-        fence: WriteFence::sharded(shards.clone(), metrics.clone()),
+        fence,
         backoff: Default::default(),
         superseded: Default::default(),
         held_statuses: Default::default(),
@@ -212,6 +221,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             reconcile::MAX_CONCURRENT_RECONCILES,
         )),
         value_checks: reconcile::value_checks::ValueChecks::new(options.namespace.clone()),
+        notifier,
     });
 
     // A rotated key reaches this process without a restart. The task ends with the

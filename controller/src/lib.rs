@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod leader;
+pub mod notifications;
 // A Prometheus answer is a tenant's query's answer: every sum on it is checked.
 #[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod prometheus;
@@ -18,4 +19,4 @@ pub mod validators;
 // The layers below, under the names every module here has always used them by.
 pub use configrollout_api as api;
 pub use configrollout_clusters::{api_call, regions};
-pub use configrollout_core::{crdt, engine, gates};
+pub use configrollout_core::{crdt, engine, gates, notify};

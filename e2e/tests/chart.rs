@@ -364,7 +364,7 @@ fn promtool(args: &[&str], dir: &Path) -> String {
 fn promtool_checks_and_unit_tests_the_rules() {
     let dir = chart::observability_dir();
     let checked = promtool(&["check", "rules", "configrollout-rules.yaml"], &dir);
-    assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 13 rules found"), "{checked}");
     let tested = promtool(
         &["test", "rules", "tests/configrollout-rules.test.yaml"],
         &dir,
@@ -398,10 +398,18 @@ fn dashboard_and_rules_name_controller_metrics() {
     assert!(expressions.len() >= 10, "{expressions:?}");
     let rules = std::fs::read_to_string(dir.join("configrollout-rules.yaml")).expect("rules");
     let rule_exprs = rule_expressions(&rules).expect("rule expressions");
-    assert_eq!(rule_exprs.len(), 12);
-    let source =
-        std::fs::read_to_string(repository_root().join("controller/src/telemetry/metrics.rs"))
-            .expect("metrics source");
+    assert_eq!(rule_exprs.len(), 13);
+    let source = ["metrics.rs", "metrics/notification_metrics.rs"]
+        .iter()
+        .map(|file| {
+            std::fs::read_to_string(
+                repository_root()
+                    .join("controller/src/telemetry")
+                    .join(file),
+            )
+            .expect("metrics source")
+        })
+        .collect::<String>();
     for expr in expressions.iter().chain(&rule_exprs) {
         let names = metric_names(expr);
         assert!(!names.is_empty(), "{expr} names no configrollout metric");
@@ -412,7 +420,7 @@ fn dashboard_and_rules_name_controller_metrics() {
                 .unwrap_or(&name);
             assert!(
                 source.contains(&format!("\"{family}\"")),
-                "{name} (in {expr}) is not declared in controller/src/telemetry/metrics.rs"
+                "{name} (in {expr}) is not declared in controller/src/telemetry/metrics{{.rs,/}}"
             );
         }
     }

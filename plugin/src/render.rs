@@ -9,10 +9,13 @@
 //!
 //! By area: `text` (times, phases, tenant text made safe), `outcome` (the `status`
 //! verdict), `approval` (awaiting, required, four-eyes), `waiting` (what a rollout waits
-//! on), `tree` (the `get` view), `tables` (`list`, `history`) and `diff`.
+//! on), `tree` (the `get` view), `tables` (`list`, `history`, the `get` view's
+//! notifications), `notifications` (a rollout's subscriptions and each sink's delivery,
+//! as rows) and `diff`.
 
 mod approval;
 mod diff;
+mod notifications;
 mod outcome;
 mod tables;
 mod text;
@@ -22,8 +25,9 @@ mod waiting;
 pub use approval::{awaiting_approval, four_eyes_refusal, requires_approval};
 pub use configrollout_api::annotations::SPEC_AUTHOR_ANNOTATION;
 pub use diff::{KeyChange, MASK, diff_keys, render_diff};
+pub use notifications::{DeliveryRow, NotificationRow, notification_rows, pending_notices};
 pub use outcome::{Outcome, outcome, status_is_current};
-pub use tables::{render_history, render_list};
+pub use tables::{render_history, render_list, render_notifications};
 pub use text::{printable, time};
 pub use tree::{SAMPLES_SHOWN, render_get};
 pub use waiting::{Waiting, waiting_on};

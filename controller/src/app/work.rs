@@ -237,6 +237,8 @@ async fn run_controller(
         // A rotated key: every rollout reads its regions now, signing their states with
         // it, rather than at its next idle requeue.
         .reconcile_all_on(ctx.digest_keys.changes())
+        // A notice delivered (or failing): the rollout's status records it.
+        .reconcile_on(ctx.notifier.reconcile_requests())
         .watches(sources, watcher::Config::default(), {
             let cache = cache.clone();
             move |source| {

@@ -16,6 +16,7 @@ pub mod fence;
 pub mod fetch;
 pub mod held_status;
 pub mod hub_cache;
+mod notices;
 pub mod observe;
 mod region_read;
 pub mod region_status;
@@ -120,6 +121,8 @@ pub struct Context {
     pub namespace_shares: fair_share::NamespaceShares,
     /// Compiled schemas and external validators' verdicts on candidates.
     pub value_checks: value_checks::ValueChecks,
+    /// Delivers the notices of rollouts' outboxes to their sinks.
+    pub notifier: Arc<crate::notifications::Notifier>,
 }
 
 impl Context {
@@ -305,6 +308,9 @@ async fn run_steps(
     let mut observed = std::borrow::Cow::Borrowed(rollout);
     let mut now = now;
     let mut rounds = 1;
+    // What each round changed, from the status as stored: the notices of this reconcile.
+    let mut announced = stored.status.clone().unwrap_or_default();
+    let mut transitions = Vec::new();
     let last = loop {
         let input = RoundInput {
             rollout,
@@ -313,6 +319,8 @@ async fn run_steps(
             now,
         };
         let round = one_round(ctx, input, &mut fetched, record, &mut report).await?;
+        transitions.extend(crate::notify::transitions(&announced, &round.status));
+        announced.clone_from(&round.status);
         let again = rounds < MAX_ROUNDS
             && engine::observe_again(
                 &round.actions,
@@ -332,6 +340,7 @@ async fn run_steps(
 
     let mut status = last.status;
     collect::collect(ctx, rollout, &last.observations, &mut status).await;
+    let remind_in = notices::raise(ctx, stored, &fetched, &mut status, transitions, now);
     let held = ctx
         .held_statuses
         .hold(stored, stored.status.as_ref(), &status, Instant::now());
@@ -350,6 +359,16 @@ async fn run_steps(
         return Ok(Action::requeue(STALE_READ_REQUEUE));
     }
 
+    // The notices as written (or as stored, when nothing was written) go out now.
+    let outbox = match written {
+        StatusWrite::Written => status.notifications.as_ref(),
+        _ => stored
+            .status
+            .as_ref()
+            .and_then(|status| status.notifications.as_ref()),
+    };
+    notices::offer(ctx, stored, outbox);
+
     prune(ctx, rollout, &fetched, &status)
         .await
         .map_err(ReconcileError::Prune)?;
@@ -365,6 +384,8 @@ async fn run_steps(
     };
     // A held status is written once its time comes, whatever the engine waits for.
     let requeue = held.map_or(requeue, |wait| requeue.min(wait));
+    // A stage waiting for its approval is announced again on time.
+    let requeue = remind_in.map_or(requeue, |remind| requeue.min(remind));
     // A validator that gave no verdict is asked again soon.
     let requeue = validated
         .retry_after

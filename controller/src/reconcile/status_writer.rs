@@ -92,8 +92,13 @@ pub async fn write_status(
     };
     record.status_patch = Some((result, started.elapsed()));
     match written {
-        Ok(_) => {
-            ctx.superseded.wrote_over(rollout);
+        Ok(stored) => {
+            // An apply the apiserver found identical to what it holds (a time that differs
+            // only below the second it is stored at, say) makes no new version: no watch
+            // event will bring one, and the version read must not wait for it.
+            if stored.resource_version() != rollout.resource_version() {
+                ctx.superseded.wrote_over(rollout);
+            }
             ctx.held_statuses.written(rollout, Instant::now());
             Ok(StatusWrite::Written)
         }

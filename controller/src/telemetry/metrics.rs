@@ -15,6 +15,7 @@
 
 mod labels;
 mod metric_types;
+mod notification_metrics;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 pub use configrollout_clusters::hub::ErrorCategory;
 pub use labels::{LabelValue, ReconcileResult, RegionState, StateRefusal, WriteKind, WriteResult};
 pub use metric_types::{CounterVec, Gauge, GaugeVec, Histogram};
+pub use notification_metrics::{DeliveryOutcome, NotificationMetrics};
 
 /// What one reconcile did, for [`Metrics::record_reconcile`]. Filled in as the reconcile
 /// goes, so that a reconcile failing half-way still counts the work it did.
@@ -122,6 +124,8 @@ pub struct Metrics {
     pub reconciles_deferred_total: RawCounter,
     /// Status changes of gate samples only held back to be written with the next.
     pub status_writes_held_total: RawCounter,
+    /// Notification deliveries, by sink and result.
+    pub notifications: NotificationMetrics,
     registry: Registry,
     sources: Mutex<Sources>,
 }
@@ -167,6 +171,7 @@ impl Metrics {
         let region_state_refused_total = CounterVec::default();
         let reconciles_deferred_total = RawCounter::default();
         let status_writes_held_total = RawCounter::default();
+        let notifications = NotificationMetrics::default();
 
         let mut registry = Registry::default();
         registry.register(
@@ -273,6 +278,7 @@ impl Metrics {
             ),
             status_writes_held_total.clone(),
         );
+        notifications.register(&mut registry);
         Metrics {
             reconcile_total,
             reconcile_errors_total,
@@ -291,6 +297,7 @@ impl Metrics {
             region_state_refused_total,
             reconciles_deferred_total,
             status_writes_held_total,
+            notifications,
             registry,
             sources: Mutex::new(Sources::default()),
         }

@@ -380,7 +380,7 @@ fn parse_answer(body: &[u8]) -> Option<Answer> {
 
 /// Why no verdict was had; [`Failure::describe`] is all that is ever shown of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
+pub(crate) enum Failure {
     TimedOut,
     ConnectionRefused,
     Tls,
@@ -395,7 +395,7 @@ enum Failure {
 }
 
 impl Failure {
-    fn describe(self, timeout: Duration) -> String {
+    pub(crate) fn describe(self, timeout: Duration) -> String {
         match self {
             Self::TimedOut => format!("timed out after {}s", timeout.as_secs()),
             Self::ConnectionRefused => "connection refused".to_owned(),
@@ -417,7 +417,7 @@ impl Failure {
 }
 
 /// `raw` if it is an https URL, or an http one to a loopback host, without credentials.
-fn checked_url(raw: &str) -> Result<reqwest::Url, ValidatorError> {
+pub(crate) fn checked_url(raw: &str) -> Result<reqwest::Url, ValidatorError> {
     let mut url = reqwest::Url::parse(raw).map_err(|_| ValidatorError::BadUrl)?;
     if url.cannot_be_a_base() {
         return Err(ValidatorError::BadUrl);
@@ -448,7 +448,7 @@ fn checked_url(raw: &str) -> Result<reqwest::Url, ValidatorError> {
 
 /// The client one validator is asked through: bounded by `timeout`, following no
 /// redirect, trusting `ca_bundle`'s certificates (PEM) in addition to the system's roots.
-fn http_client(
+pub(crate) fn http_client(
     ca_bundle: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<reqwest::Client, ValidatorError> {
@@ -471,7 +471,7 @@ fn http_client(
 }
 
 /// A reqwest failure as a class (the error's own text names the URL).
-fn transport(error: reqwest::Error) -> Failure {
+pub(crate) fn transport(error: reqwest::Error) -> Failure {
     if error.is_timeout() {
         return Failure::TimedOut;
     }

@@ -1,7 +1,8 @@
 //! One rollout's live view: its summary (phase, what it waits on, pause and approval
 //! state, true conditions), the actions that apply to it now, its stages as columns with
 //! a cell per region coloured by state (with materialised / delivered / activated marks
-//! and consumer counts), each gate window's chart, and its Events. Status holds no
+//! and consumer counts), each gate window's chart, its notification sinks and how their
+//! last delivery went, and its Events. Status holds no
 //! configuration value, and nothing here reads `spec.data`.
 
 use std::fmt::Write as _;
@@ -13,7 +14,7 @@ use super::html::{escape, rollout_href};
 use super::list::phase_badge;
 use super::timeline::{EventLine, timeline};
 use crate::approve::approvable;
-use crate::render::{awaiting_approval, time, waiting_on};
+use crate::render::{awaiting_approval, notification_rows, time, waiting_on};
 use configrollout_api::{
     Approval, ConfigRollout, ConfigRolloutStatus, GateVerdict, LifecycleMark, RegionRolloutStatus,
     RolloutPhase, StageState, StageStatus, conditions,
@@ -253,6 +254,53 @@ fn stage_grid(rollout: &ConfigRollout, status: &ConfigRolloutStatus) -> String {
     out
 }
 
+/// The Notifications section: one row per subscribed sink (and per sink the status
+/// still delivers to that the spec no longer names) with its triggers, the notices
+/// pending for it and how its last delivery attempt ended; `-` for a subscription the
+/// controller has not recorded a delivery for yet. Empty when the rollout subscribes to
+/// nothing and its status records no delivery.
+pub fn notifications(rollout: &ConfigRollout) -> String {
+    let rows = notification_rows(rollout);
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        r#"<section class="notifications"><h2>Notifications</h2><table class="notifications"><thead><tr><th>Sink</th><th>Triggers</th><th>Pending</th><th>Last</th><th>At</th><th>Given up</th><th>Message</th></tr></thead><tbody>"#,
+    );
+    for row in rows {
+        let _ = write!(
+            out,
+            r#"<tr data-sink="{sink}"><td>{sink}{unsubscribed}</td><td>{triggers}</td>"#,
+            sink = escape(&row.sink),
+            unsubscribed = if row.subscribed {
+                ""
+            } else {
+                " (unsubscribed)"
+            },
+            triggers = escape(&row.triggers),
+        );
+        match row.delivery {
+            Some(delivery) => {
+                let _ = write!(
+                    out,
+                    r#"<td class="pending">{}</td><td class="last last-{}">{}</td><td>{}</td><td class="given-up">{}</td><td class="message">{}</td></tr>"#,
+                    delivery.pending,
+                    escape(&delivery.last.to_lowercase()),
+                    escape(&delivery.last),
+                    escape(&delivery.at),
+                    delivery.given_up,
+                    escape(&delivery.message),
+                );
+            }
+            None => out.push_str(
+                r#"<td class="pending">-</td><td class="last">-</td><td>-</td><td class="given-up">-</td><td class="message">-</td></tr>"#,
+            ),
+        }
+    }
+    out.push_str("</tbody></table></section>");
+    out
+}
+
 /// One action button, as a form the page's script posts with the token.
 fn action(rollout: &ConfigRollout, verb: &str, label: &str, fields: &str) -> String {
     let href = rollout_href(
@@ -371,6 +419,7 @@ pub fn rollout_live(rollout: &ConfigRollout, events: &Result<Vec<EventLine>, Str
     }
     out.push_str(&actions(rollout));
     out.push_str(&stage_grid(rollout, status));
+    out.push_str(&notifications(rollout));
     out.push_str(&timeline(events));
     out
 }
@@ -555,6 +604,118 @@ spec:
         let html = rollout_live(&rollout, &Ok(Vec::new()));
         assert!(html.contains("condition-awaitingapproval"), "{html}");
         assert!(!html.contains("condition-reconciling"), "{html}");
+    }
+
+    #[test]
+    fn notifications_show_each_sink_with_its_pending_count_and_last_delivery() {
+        use configrollout_api::{
+            DeliveryResult, Notice, NotificationStatus, NotificationTrigger, SinkDelivery,
+            Subscription,
+        };
+        let mut rollout = gated();
+        assert!(
+            !rollout_live(&rollout, &Ok(Vec::new())).contains("Notifications"),
+            "no subscription, no section"
+        );
+        let subscription = |sink: &str, triggers: Vec<NotificationTrigger>| Subscription {
+            sink: sink.to_owned(),
+            triggers,
+            remind_after: None,
+        };
+        rollout.spec.notifications = vec![
+            subscription("team-slack", Vec::new()),
+            subscription("pager", vec![NotificationTrigger::Halted]),
+            subscription("new-hook", Vec::new()),
+        ];
+        let notice = |sequence: i64, trigger: NotificationTrigger| Notice {
+            sequence,
+            trigger,
+            sinks: Vec::new(),
+            revision: Some("r2".to_owned()),
+            stage: None,
+            subject: None,
+            reason: None,
+            message: None,
+            progress: None,
+            at: at(),
+        };
+        let delivery =
+            |sink: &str, triggers: Vec<NotificationTrigger>, through: i64| SinkDelivery {
+                sink: sink.to_owned(),
+                triggers,
+                delivered_through: through,
+                last_result: Some(DeliveryResult::Delivered),
+                last_attempt_at: Some(at()),
+                message: None,
+                given_up: 0,
+            };
+        let mut slack = delivery("team-slack", Vec::new(), 1);
+        slack.last_result = Some(DeliveryResult::Retrying);
+        slack.message = Some("<script>alert(1)</script>\u{1b}[2J\r\u{202e}done".to_owned());
+        slack.given_up = 2;
+        if let Some(status) = rollout.status.as_mut() {
+            status.notifications = Some(NotificationStatus {
+                sequence: 3,
+                outbox: vec![
+                    notice(2, NotificationTrigger::AwaitingApproval),
+                    notice(3, NotificationTrigger::StagePassed),
+                ],
+                sinks: vec![
+                    slack,
+                    delivery("pager", vec![NotificationTrigger::Halted], 0),
+                    delivery("<b>old</b>", Vec::new(), 3),
+                ],
+                approval_wait: None,
+            });
+        }
+        let html = rollout_live(&rollout, &Ok(Vec::new()));
+        let section = notifications(&rollout);
+        assert!(html.contains(&section), "{html}");
+        assert!(section.starts_with(r#"<section class="notifications"><h2>Notifications</h2>"#));
+        assert!(
+            section.contains(
+                r#"<th>Sink</th><th>Triggers</th><th>Pending</th><th>Last</th><th>At</th><th>Given up</th><th>Message</th>"#
+            ),
+            "{section}"
+        );
+        assert!(
+            section.contains(
+                "<tr data-sink=\"team-slack\"><td>team-slack</td><td>all</td><td class=\"pending\">2</td><td class=\"last last-retrying\">Retrying</td><td>2023-11-14T22:13:20Z</td><td class=\"given-up\">2</td><td class=\"message\">&lt;script&gt;alert(1)&lt;/script&gt;\u{fffd}[2J\u{fffd}\u{fffd}done</td></tr>"
+            ),
+            "{section}"
+        );
+        // The pager wants Halted only: nothing in the outbox is for it.
+        assert!(
+            section.contains(
+                r#"<tr data-sink="pager"><td>pager</td><td>Halted</td><td class="pending">0</td><td class="last last-delivered">Delivered</td>"#
+            ),
+            "{section}"
+        );
+        assert!(
+            section.contains(
+                r#"<tr data-sink="new-hook"><td>new-hook</td><td>all</td><td class="pending">-</td><td class="last">-</td><td>-</td><td class="given-up">-</td><td class="message">-</td></tr>"#
+            ),
+            "{section}"
+        );
+        assert!(
+            section.contains(
+                r#"<tr data-sink="&lt;b&gt;old&lt;/b&gt;"><td>&lt;b&gt;old&lt;/b&gt; (unsubscribed)</td><td>all</td><td class="pending">0</td>"#
+            ),
+            "{section}"
+        );
+        assert!(
+            !section.contains("<script") && !section.contains("<b>"),
+            "{section}"
+        );
+        assert!(
+            !section.contains('\u{1b}') && !section.contains('\r') && !section.contains('\u{202e}'),
+            "{section:?}"
+        );
+        let stages = html.find(r#"class="stages""#).expect("stages");
+        let notified = html
+            .find(r#"class="notifications""#)
+            .expect("notifications");
+        assert!(stages < notified, "after the stages");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The `list` and `history` tables: aligned columns under a header, one row per rollout
-//! or per revision.
+//! The `list`, `history` and notifications tables: aligned columns under a header, one
+//! row per rollout, per revision or per notification sink.
 
 use std::fmt::Write as _;
 
@@ -7,6 +7,7 @@ use kube::ResourceExt;
 
 use configrollout_api::{ConfigRollout, ConfigRolloutStatus};
 
+use super::notifications::notification_rows;
 use super::text::{phase_name, printable, time};
 use super::waiting::waiting_on;
 
@@ -120,6 +121,50 @@ pub fn render_history(rollout: &ConfigRollout) -> String {
         ],
         &rows,
     )
+}
+
+/// The `get` view's notifications section: a heading, then one row per subscribed sink
+/// (and per sink the status still delivers to that the spec no longer names) with its
+/// triggers, the notices pending for it and how its last delivery attempt ended. A
+/// subscription the controller has not recorded a delivery for yet shows `-`. Empty
+/// when the rollout subscribes to nothing and its status records no delivery.
+pub fn render_notifications(rollout: &ConfigRollout) -> String {
+    let rows: Vec<Vec<String>> = notification_rows(rollout)
+        .into_iter()
+        .map(|row| {
+            let mut sink = printable(&row.sink).into_owned();
+            if !row.subscribed {
+                sink.push_str(" (unsubscribed)");
+            }
+            let mut cells = vec![sink, printable(&row.triggers).into_owned()];
+            match row.delivery {
+                Some(delivery) => cells.extend([
+                    delivery.pending.to_string(),
+                    printable(&delivery.last).into_owned(),
+                    printable(&delivery.at).into_owned(),
+                    delivery.given_up.to_string(),
+                    printable(&delivery.message).into_owned(),
+                ]),
+                None => cells.extend(std::iter::repeat_n("-".to_owned(), 5)),
+            }
+            cells
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = "notifications:\n".to_owned();
+    for line in table(
+        &[
+            "SINK", "TRIGGERS", "PENDING", "LAST", "AT", "GIVEN-UP", "MESSAGE",
+        ],
+        &rows,
+    )
+    .lines()
+    {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
 }
 
 /// The schemas (`name@generation`) and external validators a revision passed, or `-`.

@@ -699,3 +699,108 @@ fn tenant_text_cannot_drive_a_terminal() {
     assert!(shown.contains("In\u{fffd}[2J\u{fffd}data: ALL COMPLETE\u{fffd}\u{fffd}next"));
     assert_eq!(printable("plain text"), "plain text");
 }
+
+/// `awaiting_prod` subscribed to three sinks (one with no delivery recorded yet), with
+/// a status that still delivers to a fourth it no longer names.
+fn notifying() -> ConfigRollout {
+    let mut rollout = awaiting_prod();
+    rollout.spec.notifications = serde_saphyr::from_str(
+        "- {sink: team-slack}
+- {sink: pager, triggers: [Halted, GateFailing], remindAfter: 30m}
+- {sink: new-hook}
+",
+    )
+    .expect("subscriptions");
+    let notifications = serde_saphyr::from_str(
+        "sequence: 4
+outbox:
+  - {sequence: 2, trigger: AwaitingApproval, at: \"2026-12-03T08:06:30Z\"}
+  - {sequence: 3, trigger: Halted, at: \"2026-12-03T08:07:00Z\"}
+  - {sequence: 4, trigger: StagePassed, at: \"2026-12-03T08:08:00Z\"}
+sinks:
+  - {sink: team-slack, deliveredThrough: 2, lastResult: Retrying, lastAttemptAt: \"2026-12-03T08:08:10Z\", message: answered HTTP 500, givenUp: 1}
+  - {sink: pager, triggers: [Halted, GateFailing], deliveredThrough: 1, lastResult: Delivered, lastAttemptAt: \"2026-12-03T08:06:31Z\"}
+  - {sink: old-hook, deliveredThrough: 4, lastResult: GaveUp, lastAttemptAt: \"2026-12-03T08:08:20Z\", message: no answer, givenUp: 3}
+",
+    )
+    .expect("notification status");
+    if let Some(status) = rollout.status.as_mut() {
+        status.notifications = Some(notifications);
+    }
+    rollout
+}
+
+#[test]
+fn notifications_show_each_sinks_subscription_and_last_delivery() {
+    let rollout = notifying();
+    let expected = "\
+notifications:
+  SINK                      TRIGGERS             PENDING   LAST        AT                     GIVEN-UP   MESSAGE
+  team-slack                all                  2         Retrying    2026-12-03T08:08:10Z   1          answered HTTP 500
+  pager                     Halted,GateFailing   1         Delivered   2026-12-03T08:06:31Z   0          -
+  new-hook                  all                  -         -           -                      -          -
+  old-hook (unsubscribed)   all                  0         GaveUp      2026-12-03T08:08:20Z   3          no answer
+";
+    assert_eq!(render_notifications(&rollout), expected);
+    let shown = render_get(&rollout);
+    assert!(shown.ends_with(expected), "{shown}");
+
+    // Pending: the outbox notices past what the sink was delivered, that it wants.
+    let status = rollout.status.as_ref().expect("status");
+    let notifications = status.notifications.as_ref().expect("notifications");
+    let pending: Vec<usize> = notifications
+        .sinks
+        .iter()
+        .map(|delivery| pending_notices(notifications, delivery))
+        .collect();
+    assert_eq!(pending, vec![2, 1, 0]);
+
+    // Subscribed before any revision: the section still shows, all `-`.
+    let mut fresh = notifying();
+    fresh.status = None;
+    assert!(
+        render_get(&fresh).ends_with(
+            "\
+no revision declared yet
+notifications:
+  SINK         TRIGGERS             PENDING   LAST   AT   GIVEN-UP   MESSAGE
+  team-slack   all                  -         -      -    -          -
+  pager        Halted,GateFailing   -         -      -    -          -
+  new-hook     all                  -         -      -    -          -
+"
+        ),
+        "{}",
+        render_get(&fresh)
+    );
+
+    // Nothing subscribed and nothing delivered: no section.
+    assert_eq!(render_notifications(&awaiting_prod()), "");
+    assert!(!render_get(&awaiting_prod()).contains("notifications"));
+}
+
+#[test]
+fn a_sinks_message_cannot_drive_a_terminal() {
+    let mut rollout = notifying();
+    if let Some(delivery) = rollout
+        .status
+        .as_mut()
+        .and_then(|status| status.notifications.as_mut())
+        .and_then(|notifications| notifications.sinks.first_mut())
+    {
+        delivery.message = Some("500\u{1b}[2J\r<script>alert(1)</script>\u{202e}ok".to_owned());
+        delivery.sink = "team-slack\u{1b}[31m".to_owned();
+    }
+    let shown = render_get(&rollout);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\r') && !shown.contains('\u{202e}'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("500\u{fffd}[2J\u{fffd}<script>alert(1)</script>\u{fffd}ok"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("team-slack\u{fffd}[31m (unsubscribed)"),
+        "{shown}"
+    );
+}

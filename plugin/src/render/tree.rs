@@ -10,6 +10,7 @@ use configrollout_api::{
     RegionRolloutStatus, RevisionStep, RolloutPhase, StageState, StageStatus, conditions,
 };
 
+use super::tables::render_notifications;
 use super::text::{gate_label, phase_name, printable, time};
 use super::waiting::{Waiting, waiting_on};
 
@@ -241,7 +242,8 @@ fn contract_node(rollout: &ConfigRollout, status: &ConfigRolloutStatus) -> Optio
 }
 
 /// The `get` view: the rollout, what it waits on, then revision -> stage -> region and
-/// gate tree with lifecycle marks, consumer counts, gate samples and approvals.
+/// gate tree with lifecycle marks, consumer counts, gate samples and approvals, then the
+/// notifications table (sinks subscribed and how their last delivery went), if any.
 pub fn render_get(rollout: &ConfigRollout) -> String {
     let mut out = String::new();
     let name = rollout.name_any();
@@ -283,6 +285,7 @@ pub fn render_get(rollout: &ConfigRollout) -> String {
     }
     let Some(revision) = status.revision.as_deref() else {
         let _ = writeln!(out, "no revision declared yet");
+        out.push_str(&render_notifications(rollout));
         return out;
     };
     let mut text = format!("revision {revision}");
@@ -327,5 +330,6 @@ pub fn render_get(rollout: &ConfigRollout) -> String {
         });
     }
     draw(&mut out, &nodes, "");
+    out.push_str(&render_notifications(rollout));
     out
 }

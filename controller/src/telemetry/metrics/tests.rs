@@ -129,11 +129,30 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ),
     ("configrollout_reconciles_deferred_total", "counter", ""),
     ("configrollout_status_writes_held_total", "counter", ""),
+    (
+        "configrollout_notifications_total",
+        "counter",
+        "sink,result",
+    ),
+    (
+        "configrollout_notification_latency_seconds",
+        "histogram",
+        "le",
+    ),
+    ("configrollout_notifications_queued", "gauge", ""),
 ];
 
 #[test]
 fn names_types_and_labels_are_the_published_ones() {
-    let text = Metrics::new().render();
+    let metrics = Metrics::new();
+    // The one family labelled by sink: the `unknown` sink from the start, a real sink
+    // from its first attempt.
+    metrics.notifications.count(
+        Some("team-slack"),
+        crate::telemetry::metrics::DeliveryOutcome::Delivered,
+        1,
+    );
+    let text = metrics.render();
     let families: Vec<(&str, &str)> = text
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
