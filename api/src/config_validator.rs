@@ -83,7 +83,9 @@ pub struct LocalSecretKey {
     pub key: String,
 }
 
-fn url_rules(schema: &mut schemars::Schema) {
+/// The URL rule of the controller's outbound endpoints (validators, notification sinks):
+/// https, or http to a loopback address.
+pub(crate) fn url_rules(schema: &mut schemars::Schema) {
     schema::set(schema, "maxLength", MAX_VALIDATOR_URL_LENGTH);
     schema::add_rules(
         schema,

@@ -51,7 +51,7 @@ pub struct ClusterNotificationSinkSpec {
     /// Where notifications are POSTed: `https://...`, or `http://` to a loopback address.
     /// Exactly one of `url` and `urlSecret` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(transform = url_rules)]
+    #[schemars(transform = crate::config_validator::url_rules)]
     pub url: Option<String>,
     /// A Secret key in the controller's namespace holding the URL, for receivers whose
     /// URL is itself the credential (Slack and Teams webhooks).
@@ -125,18 +125,6 @@ fn sink_rules(schema: &mut schemars::Schema) {
         &[schema::Rule::new(
             "has(self.url) != has(self.urlSecret)",
             "spec: exactly one of url and urlSecret is set",
-        )],
-    );
-}
-
-fn url_rules(schema: &mut schemars::Schema) {
-    schema::set(schema, "maxLength", crate::MAX_VALIDATOR_URL_LENGTH);
-    schema::add_rules(
-        schema,
-        &[schema::Rule::new(
-            "self.startsWith('https://') || self.startsWith('http://127.0.0.1') || \
-             self.startsWith('http://[::1]') || self.startsWith('http://localhost')",
-            "spec.url: https://, or http:// to a loopback address",
         )],
     );
 }

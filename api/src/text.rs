@@ -34,6 +34,21 @@ pub fn refused_character_message(index: usize, c: char) -> String {
     )
 }
 
+/// `text` as one URL path segment: percent-encoded but for ASCII letters, digits, `-`,
+/// `.` and `_` (names are DNS labels, but a link must not trust that). The dashboard's
+/// links and the notifications' links to it are built the same way.
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

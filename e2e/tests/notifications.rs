@@ -17,13 +17,11 @@ use std::time::{Duration, Instant};
 use configrollout::api::{ClusterNotificationSink, ConfigRollout, DeliveryResult};
 use configrollout::engine::tenancy::{NOTIFICATION_SINKS, NOTIFY};
 use configrollout_e2e::{HUB, LabOptions, SYSTEM_NAMESPACE, User};
-use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::*;
 
@@ -55,6 +53,15 @@ async fn the_people_who_must_act_are_told() {
 
     an_awaited_approval_is_announced_at_once(&world, &receivers).await;
     a_failing_gate_is_announced_until_rolled_back(&world, &receivers).await;
+    // For BENCHMARKS.md: how long deliveries took, from the status write that raised
+    // each notice to the receiver's answer (printed, never asserted).
+    let exposition = scrape(&format!("http://{probe}/metrics")).await;
+    for line in exposition
+        .lines()
+        .filter(|line| line.starts_with("configrollout_notification_latency_seconds"))
+    {
+        println!("{line}");
+    }
     let probe = free_local_addr();
     let second =
         a_killed_controller_loses_and_renames_no_notice(&world, &receivers, first, &probe).await;
@@ -675,73 +682,29 @@ impl Receivers {
 
 /// Reads each HTTP/1.1 request whole and answers it as its path says.
 async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
-    loop {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match stream.read(&mut byte).await {
-                Ok(1) => head.push(byte[0]),
-                _ => return,
-            }
-        }
-        let head = String::from_utf8_lossy(&head).to_string();
-        let path = head
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
-        let header = |name: &str| {
-            head.lines().find_map(|line| {
-                let (key, value) = line.split_once(':')?;
-                key.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| value.trim().to_owned())
-            })
-        };
-        let length: usize = header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; length];
-        if stream.read_exact(&mut body).await.is_err() {
-            return;
-        }
-        let timestamp = header("x-configrollout-timestamp").unwrap_or_default();
-        let signature = header("x-configrollout-signature").unwrap_or_default();
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(HMAC_KEY).expect("key");
-        mac.update(timestamp.as_bytes());
-        mac.update(b".");
-        mac.update(&body);
-        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    while let Some(request) = loopback::read_request(&mut stream).await {
         let status = {
             let mut seen = seen.lock().unwrap();
-            let earlier = seen.iter().filter(|s| s.path == path).count();
-            let status = match path.as_str() {
+            let earlier = seen.iter().filter(|s| s.path == request.path).count();
+            let status = match request.path.as_str() {
                 "/broker" if earlier < BROKER_FAILURES => 500,
                 _ => 200,
             };
             seen.push(Seen {
-                path: path.clone(),
-                body,
-                idempotency_key: header("idempotency-key"),
-                signature_valid: !timestamp.is_empty() && signature == expected,
-                answered_ok: status == 200 && path != "/hang",
+                path: request.path.clone(),
+                idempotency_key: request.header("idempotency-key"),
+                signature_valid: request.signed_with(HMAC_KEY),
+                answered_ok: status == 200 && request.path != "/hang",
                 arrived: Instant::now(),
+                body: request.body.clone(),
             });
             status
         };
-        if path == "/hang" {
+        if request.path == "/hang" {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             return;
         }
-        let response = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-length: 2\r\n\r\nok",
-            if status == 200 {
-                "OK"
-            } else {
-                "Internal Server Error"
-            }
-        );
-        if stream.write_all(response.as_bytes()).await.is_err() {
+        if !loopback::answer(&mut stream, status, "{}").await {
             return;
         }
     }

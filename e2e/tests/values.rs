@@ -19,13 +19,11 @@ use configrollout::api::{
 };
 use configrollout::engine::tenancy::REQUIRED_SCHEMAS;
 use configrollout_e2e::{HUB, LabOptions, SYSTEM_NAMESPACE};
-use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::*;
 
@@ -609,49 +607,13 @@ impl Validators {
 /// Answers one HTTP/1.1 request (the controller sends one per connection or reuses it;
 /// both work as each request is read whole before the answer).
 async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
-    loop {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match stream.read(&mut byte).await {
-                Ok(1) => head.push(byte[0]),
-                _ => return,
-            }
-        }
-        let head = String::from_utf8_lossy(&head).to_string();
-        let path = head
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
-        let header = |name: &str| {
-            head.lines().find_map(|line| {
-                let (key, value) = line.split_once(':')?;
-                key.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| value.trim().to_owned())
-            })
-        };
-        let length: usize = header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; length];
-        if stream.read_exact(&mut body).await.is_err() {
-            return;
-        }
-        let timestamp = header("x-configrollout-timestamp").unwrap_or_default();
-        let signature = header("x-configrollout-signature").unwrap_or_default();
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(HMAC_KEY).expect("key");
-        mac.update(timestamp.as_bytes());
-        mac.update(b".");
-        mac.update(&body);
-        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    while let Some(request) = loopback::read_request(&mut stream).await {
         seen.lock().unwrap().push(Seen {
-            path: path.clone(),
-            body: body.clone(),
-            signature_valid: !timestamp.is_empty() && signature == expected,
+            path: request.path.clone(),
+            body: request.body.clone(),
+            signature_valid: request.signed_with(HMAC_KEY),
         });
-        let answer = match path.as_str() {
+        let answer = match request.path.as_str() {
             "/accept" => json!({"allowed": true, "reason": ""}),
             "/refuse" => json!({"allowed": false, "reason": "rate too high for the fleet"}),
             _ => {
@@ -659,12 +621,7 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
                 return;
             }
         };
-        let body = answer.to_string();
-        let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if stream.write_all(response.as_bytes()).await.is_err() {
+        if !loopback::answer(&mut stream, 200, &answer.to_string()).await {
             return;
         }
     }

@@ -217,7 +217,8 @@ pub struct SinkDelivery {
     /// How the last attempt ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_result: Option<DeliveryResult>,
-    /// When the last attempt ended.
+    /// When the last result was reached: the last delivery, or the first attempt that
+    /// failed the way the last one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt_at: Option<Time>,
     /// Why the last attempt failed (the class of failure: never the receiver's answer).

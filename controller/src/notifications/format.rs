@@ -34,6 +34,7 @@ use crate::api::{
     MAX_DASHBOARD_URL_LENGTH, MAX_NOTICE_MESSAGE_CHARS, Notice, NotificationTrigger, SinkType,
 };
 
+use crate::api::text::path_segment;
 pub use crate::validators::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// `apiVersion` of a webhook body.
@@ -446,19 +447,6 @@ fn shell_word(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
-}
-
-/// `text` percent-encoded but for unreserved characters, as the plugin's links are.
-fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 /// `AwaitingApproval` as `awaiting-approval`.

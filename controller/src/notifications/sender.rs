@@ -25,7 +25,6 @@ use crate::api::{
     ClusterNotificationSink, ConfigRollout, DeliveryResult, MAX_OUTBOX, Notice, NotificationStatus,
     SinkDelivery,
 };
-use crate::engine::clock::from_time;
 use crate::notify::{idempotency_key, owed, stamp};
 use crate::reconcile::{WriteFence, api_call};
 use crate::telemetry::metrics::{DeliveryOutcome, Metrics};
@@ -85,6 +84,9 @@ struct Worker {
 struct Work {
     rollout: Arc<ConfigRollout>,
     notices: Vec<Notice>,
+    /// When each notice was first handed over, right after the status write that raised
+    /// it: the start of its delivery latency.
+    queued: BTreeMap<i64, Instant>,
     attempts: u32,
     next_attempt: Instant,
 }
@@ -242,6 +244,14 @@ impl Notifier {
                         work.attempts = 0;
                         work.next_attempt = now;
                     }
+                    let mut queued = std::mem::take(&mut work.queued);
+                    work.queued = notices
+                        .iter()
+                        .map(|notice| {
+                            let at = queued.remove(&notice.sequence).unwrap_or(now);
+                            (notice.sequence, at)
+                        })
+                        .collect();
                     work.notices = notices;
                     work.rollout = rollout.clone();
                 }
@@ -250,6 +260,10 @@ impl Notifier {
                         uid.clone(),
                         Work {
                             rollout: rollout.clone(),
+                            queued: notices
+                                .iter()
+                                .map(|notice| (notice.sequence, now))
+                                .collect(),
                             notices,
                             attempts: 0,
                             next_attempt: now,
@@ -379,10 +393,15 @@ impl Notifier {
                 self.metrics
                     .notifications
                     .count(sink_label, DeliveryOutcome::Delivered, 1);
-                let waited = Utc::now() - from_time(&notice.at);
+                // From the status write that raised it (the transition) to the answer;
+                // a notice taken over from another replica, from when this one got it.
+                let waited = work
+                    .queued
+                    .get(&notice.sequence)
+                    .map_or(Duration::ZERO, |queued| queued.elapsed());
                 self.metrics
                     .notifications
-                    .delivered_after(waited.num_milliseconds() as f64 / 1000.0);
+                    .delivered_after(waited.as_secs_f64());
                 tracing::info!(sink = %worker.sink, rollout = %format!("{namespace}/{name}"), trigger = notice.trigger.as_str(), %key, "notification delivered");
                 self.record(worker, uid, &work, |delivery| {
                     delivery.delivered_through = delivery.delivered_through.max(notice.sequence);
@@ -431,7 +450,7 @@ impl Notifier {
         work: &Work,
         change: impl FnOnce(&mut SinkDelivery),
     ) {
-        {
+        let changed = {
             let mut ledger = lock(&self.ledger);
             let Some(delivery) = ledger
                 .get_mut(uid)
@@ -439,12 +458,22 @@ impl Notifier {
             else {
                 return;
             };
+            let before = delivery.clone();
             change(delivery);
-            delivery.last_attempt_at = Some(stamp(Utc::now()));
+            let changed = *delivery != before;
+            // The same failure again is no news: its time stays that of the first, and
+            // the rollout's status is not written for it (a sink down for an hour under
+            // a thousand rollouts must not cost a status write per retry).
+            if changed {
+                delivery.last_attempt_at = Some(stamp(Utc::now()));
+            }
+            changed
+        };
+        if changed {
+            // Nobody listening (between two controller runs) loses nothing: the next
+            // reconcile writes the record.
+            let _ = self.wakes.send(ObjectRef::from_obj(work.rollout.as_ref()));
         }
-        // Nobody listening (between two controller runs) loses nothing: the next
-        // reconcile writes the record.
-        let _ = self.wakes.send(ObjectRef::from_obj(work.rollout.as_ref()));
     }
 
     /// Drops the notice `sequence` from `uid`'s work, done with.
@@ -452,6 +481,7 @@ impl Notifier {
         let mut queue = lock(&worker.queue);
         if let Some(work) = queue.get_mut(uid) {
             work.notices.retain(|notice| notice.sequence > sequence);
+            work.queued.retain(|number, _| *number > sequence);
             work.attempts = 0;
             work.next_attempt = Instant::now();
             if work.notices.is_empty() {
@@ -506,4 +536,16 @@ impl Notifier {
 pub fn backoff(attempts: u32) -> Duration {
     let exponent = attempts.saturating_sub(1).min(6);
     Duration::from_secs(1_u64 << exponent).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_to_a_minute() {
+        let waits: Vec<u64> = (1..=MAX_ATTEMPTS).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
 }

@@ -4,6 +4,8 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod loopback;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::future::Future;

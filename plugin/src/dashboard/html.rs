@@ -24,17 +24,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// A path segment for a link (names are DNS labels, but a page must not trust that).
-pub fn path_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
+pub use configrollout_api::text::path_segment;
 
 /// The link to one rollout's page.
 pub fn rollout_href(namespace: &str, name: &str) -> String {

@@ -272,11 +272,7 @@ pub fn notifications(rollout: &ConfigRollout) -> String {
             out,
             r#"<tr data-sink="{sink}"><td>{sink}{unsubscribed}</td><td>{triggers}</td>"#,
             sink = escape(&row.sink),
-            unsubscribed = if row.subscribed {
-                ""
-            } else {
-                " (unsubscribed)"
-            },
+            unsubscribed = if row.subscribed { "" } else { " (namespace)" },
             triggers = escape(&row.triggers),
         );
         match row.delivery {
@@ -699,7 +695,7 @@ spec:
         );
         assert!(
             section.contains(
-                r#"<tr data-sink="&lt;b&gt;old&lt;/b&gt;"><td>&lt;b&gt;old&lt;/b&gt; (unsubscribed)</td><td>all</td><td class="pending">0</td>"#
+                r#"<tr data-sink="&lt;b&gt;old&lt;/b&gt;"><td>&lt;b&gt;old&lt;/b&gt; (namespace)</td><td>all</td><td class="pending">0</td>"#
             ),
             "{section}"
         );

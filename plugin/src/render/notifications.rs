@@ -11,8 +11,10 @@ use super::text::time;
 pub struct NotificationRow {
     /// The ClusterNotificationSink.
     pub sink: String,
-    /// Whether the spec still subscribes to it (a sink only the status names is one
-    /// that was unsubscribed).
+    /// Whether the spec names it. A sink only the status names is one the namespace's
+    /// grant subscribes every rollout to (annotation `configrollout.dev/notify`): the
+    /// controller lists every subscription in the status, and drops one that ends at its
+    /// next reconcile.
     pub subscribed: bool,
     /// The triggers announced, comma-separated, or `all`.
     pub triggers: String,

@@ -134,7 +134,7 @@ pub fn render_notifications(rollout: &ConfigRollout) -> String {
         .map(|row| {
             let mut sink = printable(&row.sink).into_owned();
             if !row.subscribed {
-                sink.push_str(" (unsubscribed)");
+                sink.push_str(" (namespace)");
             }
             let mut cells = vec![sink, printable(&row.triggers).into_owned()];
             match row.delivery {

@@ -735,11 +735,11 @@ fn notifications_show_each_sinks_subscription_and_last_delivery() {
     let rollout = notifying();
     let expected = "\
 notifications:
-  SINK                      TRIGGERS             PENDING   LAST        AT                     GIVEN-UP   MESSAGE
-  team-slack                all                  2         Retrying    2026-12-03T08:08:10Z   1          answered HTTP 500
-  pager                     Halted,GateFailing   1         Delivered   2026-12-03T08:06:31Z   0          -
-  new-hook                  all                  -         -           -                      -          -
-  old-hook (unsubscribed)   all                  0         GaveUp      2026-12-03T08:08:20Z   3          no answer
+  SINK                   TRIGGERS             PENDING   LAST        AT                     GIVEN-UP   MESSAGE
+  team-slack             all                  2         Retrying    2026-12-03T08:08:10Z   1          answered HTTP 500
+  pager                  Halted,GateFailing   1         Delivered   2026-12-03T08:06:31Z   0          -
+  new-hook               all                  -         -           -                      -          -
+  old-hook (namespace)   all                  0         GaveUp      2026-12-03T08:08:20Z   3          no answer
 ";
     assert_eq!(render_notifications(&rollout), expected);
     let shown = render_get(&rollout);
@@ -800,7 +800,7 @@ fn a_sinks_message_cannot_drive_a_terminal() {
         "{shown}"
     );
     assert!(
-        shown.contains("team-slack\u{fffd}[31m (unsubscribed)"),
+        shown.contains("team-slack\u{fffd}[31m (namespace)"),
         "{shown}"
     );
 }

@@ -17,7 +17,9 @@ use super::Histogram;
 /// Most sink names exported as labels.
 pub const MAX_SINK_LABELS: usize = 64;
 /// Buckets (seconds) of the time from a transition to its delivery.
-const LATENCY_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
 
 /// How one delivery attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
