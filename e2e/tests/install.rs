@@ -333,7 +333,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
         (!up.is_empty()).then_some(())
     })
     .await;
-    // All 12 rules loaded and evaluated without error, the gate alert not firing yet.
+    // All 13 rules loaded and evaluated without error, the gate alert not firing yet.
     eventually("the rules are loaded and evaluated", PROGRESS, || async {
         let answer = prometheus_json(world, "/api/v1/rules").await;
         let rules: Vec<&serde_json::Value> = answer["data"]["groups"]
@@ -342,7 +342,7 @@ async fn the_rules_fire_when_a_gate_fails(world: &mut World, probe_addr: &str) {
             .filter(|g| g["name"] == "configrollout")
             .flat_map(|g| g["rules"].as_array().into_iter().flatten())
             .collect();
-        (rules.len() == 12
+        (rules.len() == 13
             && rules
                 .iter()
                 .all(|r| r["health"] == "ok" && r["lastEvaluation"] != "0001-01-01T00:00:00Z"))
@@ -542,7 +542,7 @@ async fn the_monitoring_objects_pass_the_operators_schemas(world: &World) {
     let plain: serde_json::Value = serde_saphyr::from_str(&plain).expect("rules parse");
     let expected =
         alerts_and_expressions(plain["groups"][0]["rules"].as_array().expect("plain rules"));
-    assert_eq!(stored.len(), 12);
+    assert_eq!(stored.len(), 13);
     assert_eq!(
         stored, expected,
         "the stored PrometheusRule is the plain rule file"

@@ -29,6 +29,8 @@ use support::*;
 const SENTINEL: &str = "SENTINEL-5c0d";
 /// The sinks' HMAC key, in a Secret of the controller's namespace.
 const HMAC_KEY: &[u8] = b"notification-hmac-key-for-the-lab";
+/// The audit webhook's token, sent as a header whose value a Secret holds.
+const AUDIT_TOKEN: &str = "Bearer lab-audit-token";
 /// How many times the CloudEvents broker answers 500 before it recovers.
 const BROKER_FAILURES: usize = 2;
 /// Per-region error ratio, as the safety scenarios gate on it.
@@ -104,6 +106,22 @@ async fn set_up_sinks(world: &World, receivers: &Receivers) {
         secrets.create(&PostParams::default(), &secret),
     )
     .await;
+    let token = Secret {
+        metadata: ObjectMeta {
+            name: Some("notify-token".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "header".to_owned(),
+            ByteString(AUDIT_TOKEN.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    within(
+        "create the token Secret",
+        secrets.create(&PostParams::default(), &token),
+    )
+    .await;
     let url = |path: &str| format!("http://{}/{path}", receivers.addr);
     let hmac = json!({"name": "notify-hmac", "key": "key"});
     for (name, spec) in [
@@ -112,6 +130,8 @@ async fn set_up_sinks(world: &World, receivers: &Receivers) {
         (
             "audit",
             json!({"type": "Webhook", "url": url("audit"), "hmacSecret": hmac,
+                   "headers": [{"name": "Authorization",
+                                "valueFrom": {"name": "notify-token", "key": "header"}}],
                    "dashboardUrl": "https://configrollout.example"}),
         ),
         (
@@ -171,7 +191,7 @@ async fn an_awaited_approval_is_announced_at_once(world: &World, receivers: &Rec
                 r#"  data: {{rate: "100", banner: "{SENTINEL}"}}
   notifications:
     - {{sink: chat, triggers: [AwaitingApproval, Complete]}}
-    - {{sink: teams, triggers: [AwaitingApproval]}}
+    - {{sink: teams, triggers: [AwaitingApproval, StillAwaitingApproval], remindAfter: 2s}}
     - {{sink: hang}}
   stages:
     - {{name: canary, regions: {{names: [region-1]}}, approval: Required}}
@@ -212,6 +232,11 @@ async fn an_awaited_approval_is_announced_at_once(world: &World, receivers: &Rec
         audit.signature_valid,
         "the audit webhook is signed with the sink's key"
     );
+    assert_eq!(
+        audit.authorization.as_deref(),
+        Some(AUDIT_TOKEN),
+        "the sink's header, its value from a Secret"
+    );
     let body = audit.json();
     assert_eq!(body["kind"], "RolloutNotification");
     assert_eq!(body["stage"], "canary");
@@ -244,6 +269,19 @@ async fn an_awaited_approval_is_announced_at_once(world: &World, receivers: &Rec
     );
     // The hanging sink was asked too, and its silence held nobody up.
     receivers.wait_for("hang", PROGRESS, |_| true).await;
+    // Teams asked to be reminded after 2 s; the chat did not ask.
+    receivers
+        .wait_for("teams", PROGRESS, |seen| {
+            seen.text().contains("still awaits approval")
+        })
+        .await;
+    assert!(
+        !receivers
+            .at("chat")
+            .iter()
+            .any(|seen| seen.text().contains("still awaits")),
+        "only a subscription with remindAfter is reminded"
+    );
 
     world
         .approve(User::ApproverAlice, name, "canary", "r1")
@@ -602,6 +640,7 @@ struct Seen {
     path: String,
     body: Vec<u8>,
     idempotency_key: Option<String>,
+    authorization: Option<String>,
     signature_valid: bool,
     answered_ok: bool,
     arrived: Instant,
@@ -693,6 +732,7 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
             seen.push(Seen {
                 path: request.path.clone(),
                 idempotency_key: request.header("idempotency-key"),
+                authorization: request.header("authorization"),
                 signature_valid: request.signed_with(HMAC_KEY),
                 answered_ok: status == 200 && request.path != "/hang",
                 arrived: Instant::now(),

@@ -37,9 +37,13 @@ pub const MAX_ATTEMPTS: u32 = 8;
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How long an unusable sink (missing, a Secret missing) waits before it is tried again.
-const UNUSABLE_RETRY: Duration = Duration::from_secs(30);
-/// How long a resolved sink (its spec and Secrets) is used before it is read again.
-const SINK_REFRESH: Duration = Duration::from_secs(60);
+const UNUSABLE_RETRY: Duration = Duration::from_secs(10);
+/// How long a resolved sink (its spec and Secrets) is used before it is read again: a
+/// changed URL, key or header is in use within this.
+const SINK_REFRESH: Duration = Duration::from_secs(15);
+/// How long a sink found unusable is taken as such before it is read again: one fixed
+/// (created, its Secret added) is used at the next retry.
+const UNUSABLE_REFRESH: Duration = Duration::from_secs(5);
 /// Most rollouts one sink's worker queues; more wait in their outboxes for a later offer.
 const MAX_QUEUED_ROLLOUTS: usize = 20_000;
 /// How long delivery records of a rollout that is no longer offered are kept.
@@ -68,6 +72,7 @@ struct Ledger {
 #[derive(Clone)]
 struct Resolved {
     at: Instant,
+    fresh_for: Duration,
     exists: bool,
     client: Result<SinkClient, SinkError>,
 }
@@ -504,25 +509,35 @@ impl Notifier {
     /// The client of `sink`, read again after [`SINK_REFRESH`].
     async fn resolve(&self, sink: &str) -> Resolved {
         if let Some(resolved) = lock(&self.resolved).get(sink)
-            && resolved.at.elapsed() < SINK_REFRESH
+            && resolved.at.elapsed() < resolved.fresh_for
         {
             return resolved.clone();
         }
         let api: Api<ClusterNotificationSink> = Api::all(self.hub.clone());
         let resolved = match api_call("read ClusterNotificationSink", api.get_opt(sink)).await {
-            Ok(Some(object)) => Resolved {
-                at: Instant::now(),
-                exists: true,
-                client: SinkClient::resolve(&self.hub, &self.namespace, &object).await,
-            },
+            Ok(Some(object)) => {
+                let client = SinkClient::resolve(&self.hub, &self.namespace, &object).await;
+                Resolved {
+                    at: Instant::now(),
+                    fresh_for: if client.is_ok() {
+                        SINK_REFRESH
+                    } else {
+                        UNUSABLE_REFRESH
+                    },
+                    exists: true,
+                    client,
+                }
+            }
             Ok(None) => Resolved {
                 at: Instant::now(),
+                fresh_for: UNUSABLE_REFRESH,
                 exists: false,
                 client: Err(SinkError::Missing(sink.to_owned())),
             },
             Err(_) => Resolved {
-                // Not cached: asked again at the next attempt.
-                at: Instant::now() - SINK_REFRESH,
+                // Not kept: asked again at the next attempt.
+                at: Instant::now(),
+                fresh_for: Duration::ZERO,
                 exists: false,
                 client: Err(SinkError::Hub(format!("ClusterNotificationSink {sink}"))),
             },
