@@ -1,6 +1,6 @@
 //! One notice, rendered for one sink type into the body of an HTTP request. Pure: no IO,
-//! no clock; the caller sends the body, with [`TIMESTAMP_HEADER`] and, when the sink has
-//! an HMAC key, [`SIGNATURE_HEADER`] set to [`signature`] (the validators' scheme).
+//! no clock; the caller sends the body, stamped and, when the sink has an HMAC key,
+//! signed as the validators sign ([`crate::validators::sign`]).
 //!
 //! # Wire formats
 //!
@@ -35,7 +35,6 @@ use crate::api::{
 };
 
 use crate::api::text::path_segment;
-pub use crate::validators::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// `apiVersion` of a webhook body.
 pub const API_VERSION: &str = "configrollout.dev/v1alpha1";
@@ -80,13 +79,6 @@ pub struct NoticeContext<'a> {
     pub dashboard_url: Option<&'a str>,
     /// A CloudEvent's `source`, e.g. `configrollout-controller`.
     pub source: &'a str,
-}
-
-/// `sha256=<lowercase hex HMAC-SHA256>` of `timestamp + "." + body` under `key`: the
-/// [`SIGNATURE_HEADER`] value, as the validators sign. Empty only if the MAC could not be
-/// keyed, which HMAC never refuses; a receiver that checks signatures refuses it.
-pub fn signature(key: &[u8], timestamp: &str, body: &[u8]) -> String {
-    crate::validators::sign(key, timestamp, body).unwrap_or_default()
 }
 
 /// The body announcing `context`'s notice to a sink of type `sink`.

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use sha2::Sha256;
 
+use crate::validators::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
 const UID: &str = "0b7c6f1e-2d3a-4c5b-9e8f-7a6b5c4d3e2f";
 const KEY: &str = "0b7c6f1e-2d3a-4c5b-9e8f-7a6b5c4d3e2f.7";
 
@@ -410,6 +412,11 @@ fn a_dashboard_link_needs_an_http_base_and_encodes_the_names() {
 
 fn rendered_with(notice: &Notice, base: &str) -> Value {
     parsed(&render(SinkType::Webhook, &context(notice, Some(base))))
+}
+
+/// The validators' signer, which notifications sign with too.
+fn signature(key: &[u8], timestamp: &str, body: &[u8]) -> String {
+    crate::validators::sign(key, timestamp, body).unwrap()
 }
 
 #[test]

@@ -175,7 +175,8 @@ impl Notifier {
             return;
         };
         let now = Instant::now();
-        let rollout = Arc::new(rollout.clone());
+        // Copied for the workers only when some sink is owed a notice.
+        let mut shared: Option<Arc<ConfigRollout>> = None;
         let mut owed_by_sink = Vec::with_capacity(status.sinks.len());
         {
             let mut ledger = lock(&self.ledger);
@@ -258,13 +259,17 @@ impl Notifier {
                         })
                         .collect();
                     work.notices = notices;
-                    work.rollout = rollout.clone();
+                    work.rollout = shared
+                        .get_or_insert_with(|| Arc::new(rollout.clone()))
+                        .clone();
                 }
                 None if room => {
                     queue.insert(
                         uid.clone(),
                         Work {
-                            rollout: rollout.clone(),
+                            rollout: shared
+                                .get_or_insert_with(|| Arc::new(rollout.clone()))
+                                .clone(),
                             queued: notices
                                 .iter()
                                 .map(|notice| (notice.sequence, now))

@@ -309,7 +309,11 @@ async fn run_steps(
     let mut now = now;
     let mut rounds = 1;
     // What each round changed, from the status as stored: the notices of this reconcile.
-    let mut announced = stored.status.clone().unwrap_or_default();
+    // Tracked only for a rollout someone subscribed to (most are not): it costs a status
+    // copy per round.
+    let subscriptions = crate::notify::subscriptions(&rollout.spec, &fetched.grant);
+    let mut announced =
+        (!subscriptions.is_empty()).then(|| stored.status.clone().unwrap_or_default());
     let mut transitions = Vec::new();
     let last = loop {
         let input = RoundInput {
@@ -319,8 +323,10 @@ async fn run_steps(
             now,
         };
         let round = one_round(ctx, input, &mut fetched, record, &mut report).await?;
-        transitions.extend(crate::notify::transitions(&announced, &round.status));
-        announced.clone_from(&round.status);
+        if let Some(announced) = announced.as_mut() {
+            transitions.extend(crate::notify::transitions(announced, &round.status));
+            announced.clone_from(&round.status);
+        }
         let again = rounds < MAX_ROUNDS
             && engine::observe_again(
                 &round.actions,
@@ -340,7 +346,7 @@ async fn run_steps(
 
     let mut status = last.status;
     collect::collect(ctx, rollout, &last.observations, &mut status).await;
-    let remind_in = notices::raise(ctx, stored, &fetched, &mut status, transitions, now);
+    let remind_in = notices::raise(ctx, stored, &subscriptions, &mut status, transitions, now);
     let held = ctx
         .held_statuses
         .hold(stored, stored.status.as_ref(), &status, Instant::now());

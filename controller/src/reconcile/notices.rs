@@ -7,32 +7,31 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 
 use super::Context;
-use super::fetch::Fetched;
-use crate::api::{ConfigRollout, ConfigRolloutStatus, NotificationStatus};
+use crate::api::{ConfigRollout, ConfigRolloutStatus, NotificationStatus, Subscription};
 use crate::notify::{self, Transition};
 
 /// Raises `transitions` (what this reconcile's rounds changed) into `status` for the
-/// rollout's subscriptions, with what the sender delivered since the stored status was
+/// rollout's `subscriptions`, with what the sender delivered since the stored status was
 /// written. Returns when a reminder of an awaited approval falls due, if one will.
 pub(super) fn raise(
     ctx: &Context,
     stored: &ConfigRollout,
-    fetched: &Fetched,
+    subscriptions: &[Subscription],
     status: &mut ConfigRolloutStatus,
     transitions: Vec<Transition>,
     now: DateTime<Utc>,
 ) -> Option<Duration> {
-    let subscriptions = notify::subscriptions(&stored.spec, &fetched.grant);
-    let deliveries = stored
-        .uid()
-        .map(|uid| ctx.notifier.deliveries(&uid))
-        .unwrap_or_default();
-    let previous = stored.status.clone().unwrap_or_default();
+    let deliveries = match stored.uid() {
+        Some(uid) if !subscriptions.is_empty() => ctx.notifier.deliveries(&uid),
+        _ => Vec::new(),
+    };
+    let unwritten = ConfigRolloutStatus::default();
+    let previous = stored.status.as_ref().unwrap_or(&unwritten);
     notify::raise_found(
-        &previous,
+        previous,
         status,
         transitions,
-        &subscriptions,
+        subscriptions,
         &deliveries,
         now,
     )
