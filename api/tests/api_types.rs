@@ -274,6 +274,7 @@ fn full_status_round_trips() {
                     value: Some("0.002".into()),
                     verdict: SampleVerdict::Successful,
                     message: None,
+                    comparison: None,
                 }],
             }],
         }],

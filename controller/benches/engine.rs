@@ -99,6 +99,7 @@ fn sample_all(
             at: now,
             evaluated_at: Some(now),
             result: QueryResult::Scalar(0.01),
+            comparison: None,
         })
         .collect()
 }

@@ -240,6 +240,7 @@ impl Sim {
                     at: self.now,
                     evaluated_at: Some(self.now),
                     result: QueryResult::Scalar(if bad { 1.0 } else { 0.0 }),
+                    comparison: None,
                 }
             })
             .collect();

@@ -1822,3 +1822,216 @@ fn a_spec_change_that_declares_nothing_new_leaves_a_complete_rollout_ready_in_on
         "nothing published again"
     );
 }
+
+/// A comparison gate (issue 35) on the canary and on the last stage of three.
+fn compared(compare: serde_json::Value) -> serde_json::Value {
+    let mut gate = json!({
+        "name": "errors",
+        "query": "sum(rate(errors{region=\"{{region}}\"}[1m]))",
+        "interval": "30s",
+        "count": 2,
+        "compare": {"window": "5m", "step": "30s", "minSamples": 8},
+    });
+    for (key, value) in compare.as_object().unwrap() {
+        gate["compare"][key] = value.clone();
+    }
+    json!({
+        "gates": [gate],
+        "stages": [
+            {"name": "canary", "regions": {"names": ["c1"]}, "gates": ["errors"]},
+            {"name": "wave1", "regions": {"names": ["w1", "w2"]}, "maxParallel": 2},
+            {"name": "last", "regions": {"names": ["x1"]}, "gates": ["errors"]},
+        ]
+    })
+}
+
+/// Eleven points around `level` (a window of 5m every 30s), slightly apart.
+fn points_around(level: f64) -> Vec<f64> {
+    (0..11)
+        .map(|i| level * (1.0 + f64::from(i % 3) / 100.0))
+        .collect()
+}
+
+#[test]
+fn a_comparison_gate_compares_the_canary_with_the_regions_of_later_stages_then_its_past() {
+    let mut world = World::new(spec(compared(json!({}))), &["c1", "w1", "w2", "x1"]);
+    world.series = Box::new(|_, _| Some(points_around(0.01)));
+    let verified = verify_canary(&mut world);
+    // The first sample waits for a whole window of data after the opening.
+    world.advance(299);
+    world.tick();
+    assert!(
+        world.comparisons.is_empty(),
+        "sampled before a whole window"
+    );
+    world.advance(1);
+    world.tick();
+    let (region, first) = world.comparisons[0].clone();
+    assert_eq!(region.as_deref(), Some("c1"));
+    assert_eq!(first.canary.start, verified, "from the window's opening");
+    assert_eq!(first.canary.end, world.now);
+    assert_eq!(first.canary.step, Duration::from_secs(30));
+    let baseline: Vec<&str> = first.baseline.iter().map(|b| b.region.as_str()).collect();
+    assert_eq!(baseline, ["w1", "w2", "x1"], "every region not yet updated");
+    assert!(
+        first.baseline.iter().all(|b| b.span == first.canary
+            && b.query == format!("sum(rate(errors{{region=\"{}\"}}[1m]))", b.region)),
+        "the same query over the same span: {first:?}"
+    );
+    assert_eq!(first.source, "regions w1, w2, x1");
+
+    world.run(200, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    let last_started = world.status.stages[2].started_at.clone().unwrap();
+    let last_started = chrono::DateTime::from_timestamp(last_started.0.as_second(), 0).unwrap();
+    let (region, last) = world
+        .comparisons
+        .iter()
+        .rev()
+        .find(|(region, _)| region.as_deref() == Some("x1"))
+        .cloned()
+        .expect("the last stage compared");
+    assert_eq!(region.as_deref(), Some("x1"));
+    assert_eq!(last.baseline.len(), 1);
+    assert_eq!(
+        last.baseline[0].region, "x1",
+        "no region left: its own past"
+    );
+    assert_eq!(last.baseline[0].span.end, last_started);
+    assert_eq!(
+        last.baseline[0].span.start,
+        last_started - chrono::TimeDelta::minutes(5)
+    );
+    assert!(last.source.starts_with("x1 before "), "{}", last.source);
+    let window = &world.status.stages[2].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Passed));
+    let shown = window.samples[0].comparison.as_ref().unwrap();
+    assert_eq!(shown.canary.points, 11);
+    assert_eq!(shown.baseline.points, 11);
+    assert!(
+        shown.p_value.is_some() && shown.change.is_some(),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn a_canary_worse_than_its_baseline_fails_and_halts_naming_both_sides() {
+    let mut world = World::new(
+        spec(compared(json!({"tolerancePercent": 20}))),
+        &["c1", "w1", "w2", "x1"],
+    );
+    world.series =
+        Box::new(|region, _| Some(points_around(if region == "c1" { 0.05 } else { 0.01 })));
+    world.run(40, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let halted = world.condition(conditions::HALTED).unwrap();
+    assert_eq!(halted.reason, "GateFailed");
+    assert!(halted.message.contains("region c1"), "{}", halted.message);
+    let sample = &world.status.stages[0].gates[0].samples[0];
+    assert_eq!(sample.verdict, SampleVerdict::Failed);
+    let message = sample.message.as_deref().unwrap();
+    assert!(message.contains("higher"), "{message}");
+    let shown = sample.comparison.as_ref().unwrap();
+    assert_eq!(shown.baseline.points, 33, "three baseline regions pooled");
+    assert_eq!(shown.canary.median.as_deref(), Some("0.0505"));
+    assert!(world.publishes().iter().all(|(region, ..)| region == "c1"));
+}
+
+#[test]
+fn a_fleet_wide_rise_passes_a_comparison_and_a_rise_within_tolerance_too() {
+    for (canary, baseline) in [(0.3, 0.3), (0.011, 0.01)] {
+        let mut world = World::new(
+            spec(compared(json!({"tolerancePercent": 20}))),
+            &["c1", "w1", "w2", "x1"],
+        );
+        world.series = Box::new(move |region, _| {
+            Some(points_around(if region == "c1" {
+                canary
+            } else {
+                baseline
+            }))
+        });
+        world.run(200, 10);
+        assert_eq!(
+            world.status.phase,
+            Some(RolloutPhase::Complete),
+            "{canary} against {baseline}"
+        );
+    }
+}
+
+#[test]
+fn a_comparison_without_enough_baseline_is_inconclusive_never_a_pass() {
+    let mut world = World::new(spec(compared(json!({}))), &["c1", "w1", "w2", "x1"]);
+    // The baseline regions have no data (a new region, a metric not yet exported).
+    world.series = Box::new(|region, _| {
+        Some(if region == "c1" {
+            points_around(0.01)
+        } else {
+            Vec::new()
+        })
+    });
+    world.run(40, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Halted));
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.successes, 0);
+    assert_eq!(window.samples[0].verdict, SampleVerdict::Inconclusive);
+    let message = window.samples[0].message.as_deref().unwrap();
+    assert!(message.contains("baseline has 0 points"), "{message}");
+    // A baseline region that errs is a query error naming it, not a verdict.
+    let mut world = World::new(spec(compared(json!({}))), &["c1", "w1", "w2", "x1"]);
+    world.series = Box::new(|region, _| (region != "w2").then(|| points_around(0.01)));
+    world.run(40, 10);
+    let sample = &world.status.stages[0].gates[0].samples[0];
+    assert_eq!(sample.verdict, SampleVerdict::Error);
+    assert!(
+        sample.message.as_deref().unwrap().contains("baseline w2"),
+        "{sample:?}"
+    );
+}
+
+#[test]
+fn a_comparison_gate_that_could_not_compare_is_invalid_naming_the_field() {
+    let with = |gate: serde_json::Value| {
+        let mut value = compared(json!({}));
+        for (key, field) in gate.as_object().unwrap() {
+            value["gates"][0][key] = field.clone();
+        }
+        validate(&spec(value))
+    };
+    let fields = |errors: Vec<configrollout_core::engine::SpecError>| {
+        errors
+            .into_iter()
+            .map(|error| error.field)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(validate(&spec(compared(json!({})))), Vec::new());
+    assert_eq!(
+        fields(with(json!({"query": "sum(rate(errors[1m]))"}))),
+        ["spec.gates[0].query"],
+        "no {{region}}: nothing to ask the baseline"
+    );
+    assert_eq!(
+        fields(with(
+            json!({"query": "sum(x{region=\"{{region}}\",revision=\"{{revision}}\"})"})
+        )),
+        ["spec.gates[0].query"]
+    );
+    assert_eq!(
+        fields(with(json!({"condition": "result < 1"}))),
+        ["spec.gates[0].condition"]
+    );
+    assert_eq!(
+        fields(with(json!({"compare": {"window": "1m", "step": "30s"}}))),
+        ["spec.gates[0].compare.window"],
+        "3 points a side cannot reach minSamples 10"
+    );
+    assert_eq!(
+        fields(with(json!({"compare": {"window": "24h", "step": "1s"}}))),
+        ["spec.gates[0].compare.step"]
+    );
+    assert_eq!(
+        fields(with(json!({"compare": {"confidencePercent": 100}}))),
+        ["spec.gates[0].compare.confidencePercent"]
+    );
+}

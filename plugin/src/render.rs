@@ -28,7 +28,7 @@ pub use diff::{KeyChange, MASK, diff_keys, render_diff};
 pub use notifications::{DeliveryRow, NotificationRow, notification_rows, pending_notices};
 pub use outcome::{Outcome, outcome, status_is_current};
 pub use tables::{render_history, render_list, render_notifications};
-pub use text::{printable, time};
+pub use text::{comparison_summary, printable, time};
 pub use tree::{SAMPLES_SHOWN, render_get};
 pub use waiting::{Waiting, waiting_on};
 

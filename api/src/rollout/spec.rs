@@ -414,9 +414,11 @@ pub struct Pause {
     pub duration: String,
 }
 
-/// A metric gate: a PromQL query sampled on an interval and compared to a condition.
+/// A metric gate: a PromQL query sampled on an interval and compared to a condition, or
+/// to the same query in the regions not yet updated.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = gate_rules)]
 pub struct Gate {
     /// Name of the gate, unique in the rollout, referenced by stages.
     #[schemars(transform = schema::dns_label("spec.gates[].name"))]
@@ -424,9 +426,15 @@ pub struct Gate {
     /// PromQL; `{{region}}`, `{{revision}}` and `{{stage}}` are replaced before querying.
     #[schemars(length(min = 1), transform = schema::multiline_text(MAX_QUERY_LENGTH))]
     pub query: String,
-    /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`.
+    /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`. Set
+    /// exactly one of `condition` and `compare`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1), transform = schema::multiline_text(MAX_CONDITION_LENGTH))]
     pub condition: String,
+    /// Judge the query against the same query in regions not yet updated instead of a
+    /// fixed condition (a comparison gate; the query must use `{{region}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<GateComparison>,
     /// Time between samples: at least 1s (or the controller's `--min-gate-interval`), at
     /// most 24h.
     #[serde(default = "default_interval")]
@@ -460,6 +468,114 @@ pub struct Gate {
     #[serde(default = "default_consecutive_error_limit")]
     #[schemars(range(min = 1, max = MAX_GATE_LIMIT))]
     pub consecutive_error_limit: i32,
+}
+
+fn gate_rules(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[
+            Rule::new(
+                "has(self.condition) != has(self.compare)",
+                "spec.gates[]: set exactly one of condition and compare",
+            )
+            .reason("FieldValueRequired"),
+            Rule::new(
+                "!has(self.compare) || self.query.contains('{{region}}')",
+                "spec.gates[].compare: the query must use {{region}}, so that it can be asked of \
+                 the regions not yet updated",
+            )
+            .at(".query"),
+        ],
+    );
+}
+
+/// Most regions a comparison gate may name as its baseline.
+pub const MAX_BASELINE_REGIONS: u64 = 100;
+/// Fewest points each side of a comparison may be asked to need.
+pub const MIN_COMPARISON_SAMPLES: i32 = 3;
+/// Most points one side of one comparison may hold (`window` / `step` per region).
+pub const MAX_COMPARISON_POINTS: i32 = 1000;
+
+/// A comparison gate: each sample compares the query's points over the last `window` in
+/// an updated region (the canary) with the same query over the same window in regions
+/// not yet updated (the baseline), with a Mann-Whitney U test and a tolerance on the
+/// change of the median. Where no such region is left (the last stage), the canary
+/// region's own window before its stage started is the baseline.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateComparison {
+    /// Which change of the canary fails the gate: `Increase` (errors, latency),
+    /// `Decrease` (throughput, success ratios) or `Either`.
+    #[serde(default)]
+    pub fail_on: ChangeDirection,
+    /// Change of the canary's median against the baseline's tolerated, in percent of the
+    /// baseline's: 20 fails a canary whose errors are significantly more than 20 % higher.
+    #[serde(default = "default_tolerance_percent")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub tolerance_percent: i32,
+    /// Confidence of the test, in percent: 95 calls a difference significant at p < 0.05.
+    #[serde(default = "default_confidence_percent")]
+    #[schemars(range(min = 50, max = 99))]
+    pub confidence_percent: i32,
+    /// Span each sample compares (the canary's first sample waits for a whole window of
+    /// data after the gate's window opened).
+    #[serde(default = "default_comparison_window")]
+    #[schemars(transform = schema::duration_between(
+        "spec.gates[].compare.window",
+        GATE_INTERVAL_FLOOR,
+        GATE_INTERVAL_CEILING
+    ))]
+    pub window: String,
+    /// Resolution of the points within the window (the range query's step): no shorter
+    /// than the scrape interval, or repeated scrapes count as independent points.
+    #[serde(default = "default_comparison_step")]
+    #[schemars(transform = schema::duration_between(
+        "spec.gates[].compare.step",
+        GATE_INTERVAL_FLOOR,
+        GATE_INTERVAL_CEILING
+    ))]
+    pub step: String,
+    /// Fewest points each side needs; a sample with fewer is Inconclusive, never a pass.
+    #[serde(default = "default_min_samples")]
+    #[schemars(range(min = MIN_COMPARISON_SAMPLES, max = MAX_COMPARISON_POINTS))]
+    pub min_samples: i32,
+    /// Regions to compare against. Default: the regions of the later stages. A region of
+    /// this stage or an earlier one (already updated) is never a baseline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::string_set(MAX_BASELINE_REGIONS, 253))]
+    pub baseline_regions: Vec<String>,
+}
+
+/// Which change fails a comparison gate.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ChangeDirection {
+    /// A canary significantly higher than its baseline, beyond the tolerance.
+    #[default]
+    Increase,
+    /// A canary significantly lower.
+    Decrease,
+    /// Either.
+    Either,
+}
+
+fn default_tolerance_percent() -> i32 {
+    20
+}
+
+fn default_confidence_percent() -> i32 {
+    95
+}
+
+fn default_comparison_window() -> String {
+    "5m".to_owned()
+}
+
+fn default_comparison_step() -> String {
+    "30s".to_owned()
+}
+
+fn default_min_samples() -> i32 {
+    10
 }
 
 /// Argo Rollouts' default for the same knob.

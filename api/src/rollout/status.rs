@@ -360,9 +360,50 @@ pub struct GateSample {
     pub value: Option<String>,
     /// How the sample counted.
     pub verdict: SampleVerdict,
-    /// Why, for failed and inconclusive samples.
+    /// Why, for failed and inconclusive samples, and for every sample of a comparison
+    /// gate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Both sides of a comparison gate's sample and the test's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<SampleComparison>,
+}
+
+/// A comparison gate's sample: the canary's points against the baseline's, over the same
+/// window. Numbers are rendered (4 significant digits); metrics, never configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SampleComparison {
+    /// The updated region's points.
+    pub canary: ComparisonSide,
+    /// The points compared against.
+    pub baseline: ComparisonSide,
+    /// What the baseline is: `regions eu-2, eu-3`, or `eu-1 before 2026-12-07T05:00:00Z`
+    /// (the region's own window before its stage started).
+    pub baseline_source: String,
+    /// The Mann-Whitney U of the canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistic: Option<String>,
+    /// The test's p-value, for the gate's direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<String>,
+    /// Change of the canary's median against the baseline's, e.g. `+12%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
+}
+
+/// One side of a comparison.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComparisonSide {
+    /// Finite points in the window.
+    pub points: i32,
+    /// Their median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median: Option<String>,
+    /// Their interquartile range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<String>,
 }
 
 /// How one sample counted.

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 use super::{MAX_ERROR_CHARS, QueryError, ResponseLimits};
+use crate::gates::provider::SeriesAnswer;
 use crate::gates::verdict::{Answer, Labels, QueryResult};
 
 /// Longest Prometheus `errorType` (or unknown `resultType`) kept in a reason, in characters.
@@ -213,6 +214,63 @@ pub(super) fn parse_answer(body: &[u8], limits: ResponseLimits) -> Result<Answer
         }),
         _ => Ok(answer),
     }
+}
+
+/// One series of a range answer; its labels are not needed.
+#[derive(Deserialize)]
+struct RangeSeries {
+    values: Vec<Point>,
+}
+
+/// Parses a range query answer within `limits`: the values of its one series, oldest
+/// first; none when no series matched.
+pub(super) fn parse_series(
+    body: &[u8],
+    limits: ResponseLimits,
+) -> Result<SeriesAnswer, QueryError> {
+    let outline: Outline = serde_json::from_slice(body).map_err(malformed)?;
+    if let Status::Error = outline.status {
+        return Err(QueryError::Prometheus {
+            error_type: bounded(
+                outline.error_type.as_deref().unwrap_or("unknown"),
+                MAX_NAME_CHARS,
+            ),
+            message: bounded(outline.error.as_deref().unwrap_or(""), MAX_ERROR_CHARS),
+        });
+    }
+    let Some(data) = outline.data else {
+        return Err(QueryError::Malformed("no data".to_owned()));
+    };
+    if data.result_type != "matrix" {
+        return Err(QueryError::UnsupportedType(bounded(
+            &data.result_type,
+            MAX_NAME_CHARS,
+        )));
+    }
+    match data.result.0 {
+        0 => {}
+        1 => {}
+        series if series > limits.max_series => {
+            return Err(QueryError::TooManySeries {
+                series,
+                max_series: limits.max_series,
+            });
+        }
+        series => return Err(QueryError::SeveralSeries(series)),
+    }
+    if let Some([first, rest @ ..]) = outline.warnings.as_deref() {
+        return Ok(SeriesAnswer::Partial(partial_reason(first, rest.len())));
+    }
+    let answer: AnswerBody<Vec<RangeSeries>> = serde_json::from_slice(body).map_err(malformed)?;
+    Ok(SeriesAnswer::Points(
+        answer
+            .data
+            .result
+            .into_iter()
+            .flat_map(|series| series.values)
+            .map(|Point(_, SampleValue(value))| value)
+            .collect(),
+    ))
 }
 
 /// Why an answer with warnings is not used: how many, and the first, bounded.

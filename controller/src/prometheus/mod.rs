@@ -25,9 +25,12 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::gates::provider::{Access, Authorization, GateProvider, SampleFuture, SampleSource};
+use crate::gates::provider::{
+    Access, Authorization, GateProvider, SampleFuture, SampleSource, SeriesAnswer, SeriesFuture,
+    Span,
+};
 use crate::gates::verdict::{Answer, QueryResult};
-use answer::parse_answer;
+use answer::{parse_answer, parse_series};
 /// How long one query may take, end to end, before the sample is Inconclusive.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most gate queries one controller has in flight, to all Prometheus servers together:
@@ -145,6 +148,17 @@ pub enum QueryError {
         /// `error`, bounded to [`MAX_ERROR_CHARS`].
         message: String,
     },
+    /// A range sample would ask for more than [`MAX_RANGE_POINTS`] points.
+    #[error(
+        "the comparison window holds more than {MAX_RANGE_POINTS} steps: lengthen compare.step"
+    )]
+    TooManyPoints,
+    /// A range sample answered with several series.
+    #[error(
+        "the query returned {0} series; a comparison gate needs one per region: aggregate it \
+         (sum, max, avg)"
+    )]
+    SeveralSeries(usize),
     /// A range vector is not a gate's answer.
     #[error("the query returned a range vector; gates need an instant vector or scalar")]
     RangeVector,
@@ -199,25 +213,50 @@ impl PrometheusProvider {
     }
 
     async fn query(&self, source: SampleSource<'_>, query: &str) -> Answer {
-        // The semaphore is never closed; were it, the query runs unqueued.
-        let _permit = self.in_flight.acquire().await.ok();
-        let outcome =
-            match tokio::time::timeout(QUERY_TIMEOUT, self.instant_query(source, query)).await {
-                Err(_) => Err(QueryError::Timeout),
-                Ok(outcome) => outcome,
-            };
-        outcome.unwrap_or_else(|error| {
-            tracing::debug!(region = source.region.unwrap_or(""), %error, "gate sample not answered");
-            Answer::from(QueryResult::Error(error.to_string()))
-        })
+        self.bounded(source, Request::Instant(query))
+            .await
+            .and_then(|body| parse_answer(&body, self.limits))
+            .unwrap_or_else(|error| {
+                tracing::debug!(region = source.region.unwrap_or(""), %error, "gate sample not answered");
+                Answer::from(QueryResult::Error(error.to_string()))
+            })
     }
 
-    /// `GET /api/v1/query` with `query` and `timeout`, as Prometheus's HTTP API defines it.
-    async fn instant_query(
+    async fn query_range(&self, source: SampleSource<'_>, query: &str, span: Span) -> SeriesAnswer {
+        if range_points(span) > MAX_RANGE_POINTS {
+            return SeriesAnswer::Error(QueryError::TooManyPoints.to_string());
+        }
+        self.bounded(source, Request::Range(query, span))
+            .await
+            .and_then(|body| parse_series(&body, self.limits))
+            .unwrap_or_else(|error| {
+                tracing::debug!(region = source.region.unwrap_or(""), %error, "gate range sample not answered");
+                SeriesAnswer::Error(error.to_string())
+            })
+    }
+
+    /// The answer's body, queued behind [`MAX_QUERIES_IN_FLIGHT`] and bounded by
+    /// [`QUERY_TIMEOUT`].
+    async fn bounded(
         &self,
         source: SampleSource<'_>,
-        query: &str,
-    ) -> Result<Answer, QueryError> {
+        request: Request<'_>,
+    ) -> Result<Vec<u8>, QueryError> {
+        // The semaphore is never closed; were it, the query runs unqueued.
+        let _permit = self.in_flight.acquire().await.ok();
+        match tokio::time::timeout(QUERY_TIMEOUT, self.fetch(source, request)).await {
+            Err(_) => Err(QueryError::Timeout),
+            Ok(outcome) => outcome,
+        }
+    }
+
+    /// `GET /api/v1/query` (or `/api/v1/query_range`) with `query` and `timeout`, as
+    /// Prometheus's HTTP API defines it.
+    async fn fetch(
+        &self,
+        source: SampleSource<'_>,
+        query: Request<'_>,
+    ) -> Result<Vec<u8>, QueryError> {
         let credentials = match source.access {
             Access::Anonymous => None,
             Access::With(credentials) => Some(credentials),
@@ -270,8 +309,7 @@ impl PrometheusProvider {
                 status: status.as_u16(),
             });
         }
-        let body = read_bounded(&mut response, self.limits.max_bytes).await?;
-        parse_answer(&body, self.limits)
+        read_bounded(&mut response, self.limits.max_bytes).await
     }
 
     /// The client trusting `bundle`, built once per distinct bundle.
@@ -300,20 +338,79 @@ impl GateProvider for PrometheusProvider {
     fn sample<'a>(&'a self, source: SampleSource<'a>, query: &'a str) -> SampleFuture<'a> {
         Box::pin(self.query(source, query))
     }
+
+    fn sample_range<'a>(
+        &'a self,
+        source: SampleSource<'a>,
+        query: &'a str,
+        span: Span,
+    ) -> SeriesFuture<'a> {
+        Box::pin(self.query_range(source, query, span))
+    }
 }
 
-/// The instant-query URL under `base` (which may carry a path prefix, e.g. behind a proxy).
-fn query_url(base: &str, query: &str) -> Result<reqwest::Url, QueryError> {
+/// Most points one range sample may ask for: Prometheus itself refuses more than 11,000
+/// per series; a comparison needs far fewer.
+pub const MAX_RANGE_POINTS: u64 = 1000;
+
+/// What one call asks of Prometheus.
+#[derive(Clone, Copy, Debug)]
+enum Request<'q> {
+    /// `query` at the server's now.
+    Instant(&'q str),
+    /// `query_range` over the span.
+    Range(&'q str, Span),
+}
+
+/// Points a range query over `span` returns at most.
+fn range_points(span: Span) -> u64 {
+    let length = span
+        .end
+        .signed_duration_since(span.start)
+        .num_milliseconds()
+        .max(0)
+        .unsigned_abs();
+    let step = u64::try_from(span.step.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    length.checked_div(step).unwrap_or(0).saturating_add(1)
+}
+
+/// Seconds since the epoch as Prometheus reads them, to the millisecond.
+fn unix_seconds(time: chrono::DateTime<chrono::Utc>) -> String {
+    let millis = time.timestamp_millis();
+    format!("{}.{:03}", millis.div_euclid(1000), millis.rem_euclid(1000))
+}
+
+/// The query URL under `base` (which may carry a path prefix, e.g. behind a proxy).
+fn query_url(base: &str, request: Request<'_>) -> Result<reqwest::Url, QueryError> {
     let mut url = reqwest::Url::parse(base).map_err(|_| QueryError::BadUrl)?;
     if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
         return Err(QueryError::BadUrl);
     }
-    let path = format!("{}/api/v1/query", url.path().trim_end_matches('/'));
+    let endpoint = match request {
+        Request::Instant(_) => "query",
+        Request::Range(..) => "query_range",
+    };
+    let path = format!("{}/api/v1/{endpoint}", url.path().trim_end_matches('/'));
     url.set_path(&path);
     url.set_fragment(None);
-    url.query_pairs_mut()
-        .append_pair("query", query)
-        .append_pair("timeout", &format!("{}ms", QUERY_TIMEOUT.as_millis()));
+    {
+        let mut pairs = url.query_pairs_mut();
+        match request {
+            Request::Instant(query) => {
+                pairs.append_pair("query", query);
+            }
+            Request::Range(query, span) => {
+                pairs
+                    .append_pair("query", query)
+                    .append_pair("start", &unix_seconds(span.start))
+                    .append_pair("end", &unix_seconds(span.end))
+                    .append_pair("step", &format!("{}ms", span.step.as_millis().max(1)));
+            }
+        }
+        pairs.append_pair("timeout", &format!("{}ms", QUERY_TIMEOUT.as_millis()));
+    }
     Ok(url)
 }
 

@@ -649,3 +649,69 @@ async fn a_refusal_of_the_credentials_says_so() {
         );
     }
 }
+
+fn span(seconds: i64, step_ms: u64) -> Span {
+    let start = DateTime::from_timestamp_millis(1_700_000_000_250).unwrap();
+    Span {
+        start,
+        end: start + chrono::TimeDelta::seconds(seconds),
+        step: Duration::from_millis(step_ms),
+    }
+}
+
+#[tokio::test]
+async fn a_comparison_side_comes_from_a_range_query_over_its_span() {
+    let body: &'static str = r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"region":"eu-1"},"values":[[1700000000.25,"0.5"],[1700000002.25,"NaN"],[1700000004.25,"1e-3"]]}]}}"#;
+    let (base, mut requests) = serve(json_head(Some(body.len() as u64)), Body::Bytes(body)).await;
+    let provider = provider(&format!("{base}/prom"), ResponseLimits::default());
+    let answer = provider
+        .sample_range(SampleSource::default(), "sum(x)", span(4, 2000))
+        .await;
+    let SeriesAnswer::Points(points) = answer else {
+        panic!("expected points, got {answer:?}");
+    };
+    assert_eq!(points.len(), 3);
+    assert_eq!((points[0], points[2]), (0.5, 0.001));
+    assert!(points[1].is_nan(), "NaN is kept for the judgement to drop");
+    let request = requests.recv().await.unwrap();
+    assert_eq!(
+        request.lines().next().unwrap(),
+        "GET /prom/api/v1/query_range?query=sum%28x%29&start=1700000000.250&end=1700000004.250\
+         &step=2000ms&timeout=10000ms HTTP/1.1"
+    );
+}
+
+#[test]
+fn a_range_answer_of_several_series_is_refused_asking_for_an_aggregation() {
+    let two = r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"a"},"values":[[1,"1"]]},{"metric":{"pod":"b"},"values":[[1,"2"]]}]}}"#;
+    let error = parse_series(two.as_bytes(), ResponseLimits::default()).unwrap_err();
+    assert_eq!(error, QueryError::SeveralSeries(2));
+    assert!(error.to_string().contains("aggregate it"), "{error}");
+    let none = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
+    assert_eq!(
+        parse_series(none.as_bytes(), ResponseLimits::default()),
+        Ok(SeriesAnswer::Points(Vec::new()))
+    );
+    let vector = vector_answer(1);
+    assert!(matches!(
+        parse_series(vector.as_bytes(), ResponseLimits::default()),
+        Err(QueryError::UnsupportedType(_))
+    ));
+    let warned = r#"{"status":"success","warnings":["store down"],"data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"]]}]}}"#;
+    assert!(matches!(
+        parse_series(warned.as_bytes(), ResponseLimits::default()),
+        Ok(SeriesAnswer::Partial(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_range_of_too_many_points_is_refused_before_asking() {
+    let provider = provider("http://127.0.0.1:9", ResponseLimits::default());
+    let answer = provider
+        .sample_range(SampleSource::default(), "sum(x)", span(3600, 1000))
+        .await;
+    assert_eq!(
+        answer,
+        SeriesAnswer::Error(QueryError::TooManyPoints.to_string())
+    );
+}

@@ -272,9 +272,18 @@ async fn sample_gates(
     if due.is_empty() {
         return Vec::new();
     }
-    // Each region's Prometheus once, however many of its gates are due.
+    // Each region's Prometheus once, however many of its gates (or comparisons) are due.
     let mut targets: BTreeMap<&str, RegionPrometheus<'_>> = BTreeMap::new();
-    for name in due.iter().filter_map(|request| request.region.as_deref()) {
+    let baselines = due
+        .iter()
+        .filter_map(|request| request.comparison.as_ref())
+        .flat_map(|comparison| comparison.baseline.iter())
+        .map(|baseline| baseline.region.as_str());
+    for name in due
+        .iter()
+        .filter_map(|request| request.region.as_deref())
+        .chain(baselines)
+    {
         if targets.contains_key(name) {
             continue;
         }
@@ -289,17 +298,13 @@ async fn sample_gates(
     futures::future::join_all(due.iter().map(|request| async move {
         // Never closed; were it, the sample runs unqueued.
         let _slot = slots.acquire().await.ok();
-        let source = match request.region.as_deref() {
-            Some(name) => targets
-                .get(name)
-                .map(|target| target.source(name))
-                .unwrap_or(SampleSource {
-                    region: Some(name),
-                    ..SampleSource::default()
-                }),
-            None => SampleSource::default(),
+        let source = source_in(targets, request.region.as_deref());
+        let (answer, comparison) = match &request.comparison {
+            None => (ctx.gates.sample(source, &request.query).await, None),
+            Some(comparison) => {
+                take_comparison(ctx, targets, source, &request.query, comparison).await
+            }
         };
-        let answer = ctx.gates.sample(source, &request.query).await;
         GateSampleObservation {
             gate: request.gate.clone(),
             stage: request.stage.clone(),
@@ -308,9 +313,76 @@ async fn sample_gates(
             at: now,
             evaluated_at: answer.evaluated_at,
             result: answer.result,
+            comparison,
         }
     }))
     .await
+}
+
+/// Where a sample of `region` (the default backend for none) is taken.
+fn source_in<'a>(
+    targets: &'a BTreeMap<&str, RegionPrometheus<'_>>,
+    region: Option<&'a str>,
+) -> SampleSource<'a> {
+    match region {
+        Some(name) => targets
+            .get(name)
+            .map(|target| target.source(name))
+            .unwrap_or(SampleSource {
+                region: Some(name),
+                ..SampleSource::default()
+            }),
+        None => SampleSource::default(),
+    }
+}
+
+/// Both sides of a comparison gate's sample: the canary's range from its region's
+/// Prometheus, each baseline query's from its own region's. Any side that errs or warns
+/// makes the sample a query error or a partial answer, naming the side.
+async fn take_comparison(
+    ctx: &Context,
+    targets: &BTreeMap<&str, RegionPrometheus<'_>>,
+    canary_source: SampleSource<'_>,
+    canary_query: &str,
+    comparison: &engine::ComparisonRequest,
+) -> (crate::gates::Answer, Option<engine::ComparisonSample>) {
+    use crate::gates::{QueryResult, SeriesAnswer};
+    let canary = ctx
+        .gates
+        .sample_range(canary_source, canary_query, comparison.canary);
+    let baselines = futures::future::join_all(comparison.baseline.iter().map(|baseline| {
+        ctx.gates.sample_range(
+            source_in(targets, Some(&baseline.region)),
+            &baseline.query,
+            baseline.span,
+        )
+    }));
+    let (canary, baselines) = futures::future::join(canary, baselines).await;
+    let canary_region = canary_source.region.unwrap_or_default();
+    let sides = std::iter::once((format!("canary {canary_region}"), canary)).chain(
+        comparison
+            .baseline
+            .iter()
+            .zip(baselines)
+            .map(|(baseline, answer)| (format!("baseline {}", baseline.region), answer)),
+    );
+    let mut points = engine::ComparisonSample {
+        baseline_source: comparison.source.clone(),
+        ..engine::ComparisonSample::default()
+    };
+    for (index, (side, answer)) in sides.enumerate() {
+        match answer {
+            SeriesAnswer::Points(values) if index == 0 => points.canary = values,
+            SeriesAnswer::Points(values) => points.baseline.extend(values),
+            SeriesAnswer::Error(why) => {
+                return (QueryResult::Error(format!("{side}: {why}")).into(), None);
+            }
+            SeriesAnswer::Partial(why) => {
+                return (QueryResult::Partial(format!("{side}: {why}")).into(), None);
+            }
+        }
+    }
+    (QueryResult::Empty.into(), Some(points))
 }
 
 /// Most gate queries one reconcile has in flight.

@@ -26,16 +26,18 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use crate::gates::compare::{self, Direction, Rules};
 use crate::gates::{
-    Condition, QueryResult, TemplateValues, Verdict, evaluate, render, uses_placeholder,
+    Condition, QueryResult, Span, TemplateValues, Verdict, evaluate, render, uses_placeholder,
 };
 use configrollout_api::{
-    ConfigRolloutSpec, ConfigRolloutStatus, Delivery, Gate, GateSample, GateStatus, GateVerdict,
-    RolloutPhase, SampleVerdict, StageState,
+    ChangeDirection, ComparisonSide, ConfigRolloutSpec, ConfigRolloutStatus, Delivery, Gate,
+    GateComparison, GateSample, GateStatus, GateVerdict, RolloutPhase, SampleComparison,
+    SampleVerdict, StageState,
 };
 
 use super::clock::{after, from_time, spec_duration, to_time};
-use super::observations::GateSampleObservation;
+use super::observations::{ComparisonSample, GateSampleObservation};
 use super::{Draft, MAX_SAMPLES_PER_GATE, SampleTally};
 
 /// The settle time of a controller that names none (`--gate-settle-time`), and of a
@@ -67,6 +69,32 @@ pub struct GateSampleRequest {
     pub region: Option<String>,
     /// The query with placeholders substituted and escaped.
     pub query: String,
+    /// For a comparison gate: the spans of both sides. `query` is then the canary's.
+    pub comparison: Option<ComparisonRequest>,
+}
+
+/// A comparison gate's sample: the canary region's points over `canary`, against the
+/// points of the `baseline` queries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComparisonRequest {
+    /// The canary's span: the last `window`, never reaching before the window opened.
+    pub canary: Span,
+    /// The same query in each baseline region over the same span; or, where no baseline
+    /// region is left, in the canary region over its window before its stage started.
+    pub baseline: Vec<BaselineQuery>,
+    /// What the baseline is, in words (`SampleComparison::baseline_source`).
+    pub source: String,
+}
+
+/// One query of a comparison's baseline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaselineQuery {
+    /// The region asked (its Prometheus answers).
+    pub region: String,
+    /// The gate's query rendered for it.
+    pub query: String,
+    /// Its span.
+    pub span: Span,
 }
 
 /// The combined verdict of a stage's gates.
@@ -93,7 +121,7 @@ pub fn gates_due(
         return due;
     };
     let legacy_settle = settle_time(spec, DEFAULT_GATE_SETTLE_TIME);
-    for stage in &status.stages {
+    for (index, stage) in status.stages.iter().enumerate() {
         if stage.state != StageState::Verifying {
             continue;
         }
@@ -107,7 +135,8 @@ pub fn gates_due(
             let Some(gate) = spec.gates.iter().find(|gate| gate.name == window.name) else {
                 continue;
             };
-            if Schedule::of(gate, window, verified_at, legacy_settle).next_sample_at(window) > now {
+            let schedule = Schedule::of(gate, window, verified_at, legacy_settle);
+            if schedule.next_sample_at(window) > now {
                 continue;
             }
             let values = TemplateValues {
@@ -115,24 +144,164 @@ pub fn gates_due(
                 revision,
                 stage: &stage.name,
             };
-            if let Ok(query) = render(&gate.query, &values) {
-                due.push(GateSampleRequest {
-                    gate: gate.name.clone(),
-                    stage: stage.name.clone(),
-                    revision: revision.to_owned(),
-                    region: window.region.clone(),
-                    query,
-                });
-            }
+            let Ok(query) = render(&gate.query, &values) else {
+                continue;
+            };
+            let comparison = match (&gate.compare, window.region.as_deref()) {
+                (None, _) => None,
+                (Some(compare), Some(region)) => {
+                    comparison_request(gate, compare, status, index, region, &query, &schedule, now)
+                }
+                // A comparison gate's query uses `{{region}}` (validated): one window per
+                // region, never one for the stage.
+                (Some(_), None) => continue,
+            };
+            due.push(GateSampleRequest {
+                gate: gate.name.clone(),
+                stage: stage.name.clone(),
+                revision: revision.to_owned(),
+                region: window.region.clone(),
+                query,
+                comparison,
+            });
         }
     }
     due
+}
+
+/// Most baseline regions a comparison names in its status before "and N more".
+const MAX_NAMED_BASELINE_REGIONS: usize = 5;
+
+/// The spans and baseline queries of a comparison gate's sample in `region`, whose stage
+/// is `status.stages[stage_index]`; `None` when its step cannot be read (the spec is
+/// validated before any window opens).
+#[allow(clippy::too_many_arguments)]
+fn comparison_request(
+    gate: &Gate,
+    compare: &GateComparison,
+    status: &ConfigRolloutStatus,
+    stage_index: usize,
+    region: &str,
+    canary_query: &str,
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+) -> Option<ComparisonRequest> {
+    let step = spec_duration(&compare.step)?.to_std().ok()?;
+    let canary = Span {
+        start: now
+            .checked_sub_signed(schedule.lead)
+            .unwrap_or(schedule.opens)
+            .max(schedule.opens),
+        end: now,
+        step,
+    };
+    let stage = status.stages.get(stage_index)?;
+    let updated: Vec<&str> = status
+        .stages
+        .iter()
+        .take(stage_index.saturating_add(1))
+        .map(|stage| stage.name.as_str())
+        .collect();
+    let stage_of = |name: &str| {
+        status
+            .regions
+            .iter()
+            .find(|candidate| candidate.name == name)
+            .and_then(|candidate| candidate.stage.as_deref())
+    };
+    let baseline_regions: Vec<&str> = if compare.baseline_regions.is_empty() {
+        let later: Vec<&str> = status
+            .stages
+            .iter()
+            .skip(stage_index.saturating_add(1))
+            .map(|stage| stage.name.as_str())
+            .collect();
+        status
+            .regions
+            .iter()
+            .filter(|candidate| {
+                candidate
+                    .stage
+                    .as_deref()
+                    .is_some_and(|stage| later.contains(&stage))
+            })
+            .map(|candidate| candidate.name.as_str())
+            .collect()
+    } else {
+        compare
+            .baseline_regions
+            .iter()
+            .map(String::as_str)
+            .filter(|name| *name != region && !stage_of(name).is_some_and(|s| updated.contains(&s)))
+            .collect()
+    };
+    let render_for = |name: &str| {
+        render(
+            &gate.query,
+            &TemplateValues {
+                region: name,
+                revision: "",
+                stage: &stage.name,
+            },
+        )
+        .ok()
+    };
+    if baseline_regions.is_empty() {
+        // No region still holds the previous revision: the canary's own window before its
+        // stage started updating it is the baseline.
+        let started = stage.started_at.as_ref().map(from_time)?;
+        let span = Span {
+            start: started.checked_sub_signed(schedule.lead).unwrap_or(started),
+            end: started,
+            step,
+        };
+        return Some(ComparisonRequest {
+            canary,
+            baseline: vec![BaselineQuery {
+                region: region.to_owned(),
+                query: canary_query.to_owned(),
+                span,
+            }],
+            source: format!(
+                "{region} before {}",
+                started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        });
+    }
+    let shown: Vec<&str> = baseline_regions
+        .iter()
+        .take(MAX_NAMED_BASELINE_REGIONS)
+        .copied()
+        .collect();
+    let more = baseline_regions.len().saturating_sub(shown.len());
+    let source = if more == 0 {
+        format!("regions {}", shown.join(", "))
+    } else {
+        format!("regions {} and {more} more", shown.join(", "))
+    };
+    Some(ComparisonRequest {
+        canary,
+        baseline: baseline_regions
+            .iter()
+            .filter_map(|name| {
+                Some(BaselineQuery {
+                    region: (*name).to_owned(),
+                    query: render_for(name)?,
+                    span: canary,
+                })
+            })
+            .collect(),
+        source,
+    })
 }
 
 /// When a gate's window opens and how often it samples.
 struct Schedule {
     opens: DateTime<Utc>,
     interval: TimeDelta,
+    /// How long after the opening the first sample waits: a comparison gate's window, so
+    /// that its first sample covers a whole window of data on the new revision.
+    lead: TimeDelta,
 }
 
 impl Schedule {
@@ -152,14 +321,20 @@ impl Schedule {
                 .as_ref()
                 .map_or_else(|| opening(gate, verified_at, legacy_settle), from_time),
             interval: spec_duration(&gate.interval).unwrap_or(TimeDelta::minutes(1)),
+            lead: gate
+                .compare
+                .as_ref()
+                .and_then(|compare| spec_duration(&compare.window))
+                .unwrap_or_default(),
         }
     }
 
     /// When the window's next sample is due.
     fn next_sample_at(&self, window: &GateStatus) -> DateTime<Utc> {
+        let first = after(self.opens, self.lead);
         match window.samples.last() {
-            Some(last) => after(from_time(&last.at), self.interval).max(self.opens),
-            None => self.opens,
+            Some(last) => after(from_time(&last.at), self.interval).max(first),
+            None => first,
         }
     }
 }
@@ -241,11 +416,11 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
     let mut next_due: Option<DateTime<Utc>> = None;
     let legacy_settle = settle_time(draft.spec, DEFAULT_GATE_SETTLE_TIME);
     // Parse each gate once per decision, not once per window and sample.
-    let compiled: Vec<(&Gate, Option<Condition>)> = draft.spec.stages[index]
+    let compiled: Vec<(&Gate, Option<Judge>)> = draft.spec.stages[index]
         .gates
         .iter()
         .filter_map(|name| draft.spec.gates.iter().find(|gate| &gate.name == name))
-        .map(|gate| (gate, Condition::parse(&gate.condition).ok()))
+        .map(|gate| (gate, Judge::of(gate)))
         .collect();
     // This stage's samples of this revision, grouped by (gate, region) in time order, so
     // that each window finds its own with a binary search instead of a scan.
@@ -269,7 +444,7 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
         };
         let schedule = &Schedule::of(gate, window, verified_at, legacy_settle);
         if window.verdict == Some(GateVerdict::Running)
-            && let Some(condition) = condition
+            && let Some(judge) = condition
         {
             let own = {
                 let key = (window.name.as_str(), window.region.as_deref());
@@ -283,7 +458,7 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
             record_samples(
                 own.iter().copied(),
                 gate,
-                condition,
+                judge,
                 schedule,
                 window,
                 &mut draft.samples_judged,
@@ -335,12 +510,111 @@ pub fn verdict_of(gate: &Gate, window: &GateStatus) -> GateVerdict {
     }
 }
 
+/// How a gate's samples are judged.
+enum Judge {
+    /// Against its condition.
+    Condition(Condition),
+    /// Against its baseline.
+    Compare(Rules),
+}
+
+impl Judge {
+    /// `None` for a gate whose condition does not parse (refused by validation).
+    fn of(gate: &Gate) -> Option<Self> {
+        match &gate.compare {
+            Some(compare) => Some(Judge::Compare(rules_of(compare))),
+            None => Condition::parse(&gate.condition).ok().map(Judge::Condition),
+        }
+    }
+}
+
+/// The judgement rules a comparison gate's spec asks for.
+pub fn rules_of(compare: &GateComparison) -> Rules {
+    Rules {
+        direction: match compare.fail_on {
+            ChangeDirection::Increase => Direction::Increase,
+            ChangeDirection::Decrease => Direction::Decrease,
+            ChangeDirection::Either => Direction::Either,
+        },
+        tolerance: f64::from(compare.tolerance_percent.max(0)) / 100.0,
+        alpha: 1.0 - f64::from(compare.confidence_percent.clamp(50, 99)) / 100.0,
+        min_samples: usize::try_from(compare.min_samples.max(1)).unwrap_or(1),
+    }
+}
+
+/// A counted sample's verdict and what the status shows of it.
+struct Judged {
+    verdict: Verdict,
+    value: Option<String>,
+    message: Option<String>,
+    comparison: Option<SampleComparison>,
+}
+
+/// Judges one answered sample (not a query error).
+fn judge_sample(judge: &Judge, sample: &GateSampleObservation) -> Judged {
+    let inconclusive = |why: String| Judged {
+        verdict: Verdict::Inconclusive,
+        value: None,
+        message: Some(why),
+        comparison: None,
+    };
+    match (judge, &sample.result, &sample.comparison) {
+        (_, QueryResult::Partial(why), _) => inconclusive(bounded(why)),
+        (Judge::Compare(rules), _, Some(points)) => judge_comparison(points, rules),
+        (Judge::Compare(_), _, None) => inconclusive("no comparison was taken".to_owned()),
+        (Judge::Condition(condition), result, _) => {
+            let evaluation = evaluate(condition, result);
+            let message = match evaluation.verdict {
+                Verdict::Successful => None,
+                Verdict::Failed => Some("condition not met".to_owned()),
+                Verdict::Inconclusive => Some(
+                    evaluation
+                        .reason
+                        .map_or("inconclusive", |reason| reason.as_str())
+                        .to_owned(),
+                ),
+            };
+            Judged {
+                verdict: evaluation.verdict,
+                value: evaluation.value.map(|value| value.to_string()),
+                message,
+                comparison: None,
+            }
+        }
+    }
+}
+
+/// A comparison's verdict, its words, and both sides as the status shows them.
+fn judge_comparison(points: &ComparisonSample, rules: &Rules) -> Judged {
+    let judged = compare::compare(&points.canary, &points.baseline, rules);
+    let side = |side: Option<compare::Side>| ComparisonSide {
+        points: side
+            .map(|side| i32::try_from(side.points).unwrap_or(i32::MAX))
+            .unwrap_or(0),
+        median: side.map(|side| compare::number(side.median)),
+        spread: side.map(|side| compare::number(side.spread)),
+    };
+    Judged {
+        verdict: judged.verdict,
+        value: judged.canary.map(|side| compare::number(side.median)),
+        message: Some(bounded(&judged.explanation)),
+        comparison: Some(SampleComparison {
+            canary: side(judged.canary),
+            baseline: side(judged.baseline),
+            baseline_source: bounded(&points.baseline_source),
+            statistic: judged.statistic.map(compare::number),
+            p_value: judged.p_value.map(compare::p_value),
+            change: judged.change.map(compare::percent),
+        }),
+    }
+}
+
 /// Counts `samples` (this window's, in time order) that fall on the window's schedule and
 /// were evaluated no earlier than they were due.
 fn record_samples<'o>(
     samples: impl Iterator<Item = &'o GateSampleObservation>,
     gate: &Gate,
-    condition: &Condition,
+    judge: &Judge,
     schedule: &Schedule,
     window: &mut GateStatus,
     tally: &mut SampleTally,
@@ -372,6 +646,7 @@ fn record_samples<'o>(
                 value: None,
                 verdict: SampleVerdict::Error,
                 message: Some(bounded(&message)),
+                comparison: None,
             });
             let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
             window.samples.drain(..excess);
@@ -381,36 +656,30 @@ fn record_samples<'o>(
             continue;
         }
         window.consecutive_errors = 0;
-        let evaluation = evaluate(condition, &sample.result);
-        let (verdict, message) = match evaluation.verdict {
+        let judged = judge_sample(judge, sample);
+        let verdict = match judged.verdict {
             Verdict::Successful => {
                 window.successes = window.successes.saturating_add(1);
                 tally.successful = tally.successful.saturating_add(1);
-                (SampleVerdict::Successful, None)
+                SampleVerdict::Successful
             }
             Verdict::Failed => {
                 window.failures = window.failures.saturating_add(1);
                 tally.failed = tally.failed.saturating_add(1);
-                (SampleVerdict::Failed, Some("condition not met".to_owned()))
+                SampleVerdict::Failed
             }
             Verdict::Inconclusive => {
                 window.inconclusives = window.inconclusives.saturating_add(1);
                 tally.inconclusive = tally.inconclusive.saturating_add(1);
-                let reason = match &sample.result {
-                    QueryResult::Partial(why) => bounded(why),
-                    _ => evaluation
-                        .reason
-                        .map_or("inconclusive", |reason| reason.as_str())
-                        .to_owned(),
-                };
-                (SampleVerdict::Inconclusive, Some(reason))
+                SampleVerdict::Inconclusive
             }
         };
         window.samples.push(GateSample {
             at: to_time(sample.at),
-            value: evaluation.value.map(|value| value.to_string()),
+            value: judged.value,
             verdict,
-            message,
+            message: judged.message,
+            comparison: judged.comparison,
         });
         let excess = window.samples.len().saturating_sub(MAX_SAMPLES_PER_GATE);
         window.samples.drain(..excess);

@@ -58,12 +58,13 @@ pub use actions::{Action, Decision, EventType, SampleTally};
 pub use conditions::REASON_INVALID_VALUE;
 pub use conditions::reconcile_failed;
 pub use gate_windows::{
-    DEFAULT_GATE_SETTLE_TIME, GateSampleRequest, done_shows_consumers_loaded, gates_due,
+    BaselineQuery, ComparisonRequest, DEFAULT_GATE_SETTLE_TIME, GateSampleRequest,
+    done_shows_consumers_loaded, gates_due,
 };
 pub use observations::{
-    AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
-    DesiredRevision, GateSampleObservation, Observations, RegionObservation, RevisionAuthors,
-    SourceStamp,
+    AppliedRevision, ApprovalObservation, ApproverBinding, ComparisonSample, ConsumerObservation,
+    Control, DesiredRevision, GateSampleObservation, Observations, RegionObservation,
+    RevisionAuthors, SourceStamp,
 };
 pub use settle::{ActOutcome, FailedRegion, observe_again, settle};
 pub use tenancy::Grant;

@@ -327,8 +327,22 @@ pub struct GateSampleObservation {
     /// When the backend evaluated it, by the backend's clock (see
     /// [`crate::gates::Answer::evaluated_at`]); `None` when the answer carries no time.
     pub evaluated_at: Option<DateTime<Utc>>,
-    /// What it returned.
+    /// What it returned. For a comparison gate: an error or a partial answer of either
+    /// side, or, when both sides answered, `Empty` and the points in `comparison`.
     pub result: QueryResult,
+    /// Both sides of a comparison gate's sample, when both answered.
+    pub comparison: Option<ComparisonSample>,
+}
+
+/// The points of a comparison gate's sample (see [`crate::engine::ComparisonRequest`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ComparisonSample {
+    /// The canary region's points.
+    pub canary: Vec<f64>,
+    /// The baseline's points, every baseline query's together.
+    pub baseline: Vec<f64>,
+    /// What the baseline was (`SampleComparison::baseline_source`).
+    pub baseline_source: String,
 }
 
 /// One StageApproval.

@@ -6,12 +6,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::gates::{Condition, TemplateValues, check_template, render};
+use super::clock::spec_duration;
+use crate::gates::{Condition, TemplateValues, check_template, render, uses_placeholder};
 use configrollout_api::{
     COMPANION_SUFFIX, Ceiling, ConfigRolloutSpec, DEADLINE_CEILING, GATE_INTERVAL_CEILING,
-    GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT,
-    MAX_GATE_LIMIT, MAX_GATES, MAX_PARALLEL, MAX_REVISION_HISTORY_LIMIT, MAX_STAGES,
-    MAX_TARGET_NAME_LENGTH, PAUSE_CEILING, Pause, parse_duration,
+    GATE_INTERVAL_FLOOR, GateComparison, INITIAL_DELAY_CEILING, MAX_COMPARISON_POINTS,
+    MAX_CONSUMERS, MAX_DATA_KEYS, MAX_GATE_COUNT, MAX_GATE_LIMIT, MAX_GATES, MAX_PARALLEL,
+    MAX_REVISION_HISTORY_LIMIT, MAX_STAGES, MAX_TARGET_NAME_LENGTH, MIN_COMPARISON_SAMPLES,
+    PAUSE_CEILING, Pause, parse_duration,
 };
 
 use super::label_selector::{requirement_is_valid, server_selector};
@@ -31,6 +33,79 @@ impl fmt::Display for SpecError {
     }
 }
 
+/// What is wrong with a comparison gate's knobs, by field under `compare`.
+fn comparison_problems(compare: &GateComparison) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let window = duration_problem(&compare.window, Positive::Yes, GATE_INTERVAL_CEILING)
+        .or_else(|| interval_floor_problem(&compare.window, GATE_INTERVAL_FLOOR));
+    let step = duration_problem(&compare.step, Positive::Yes, GATE_INTERVAL_CEILING)
+        .or_else(|| interval_floor_problem(&compare.step, GATE_INTERVAL_FLOOR));
+    if let Some(problem) = &window {
+        problems.push(("window", problem.clone()));
+    }
+    if let Some(problem) = &step {
+        problems.push(("step", problem.clone()));
+    }
+    let counts = [
+        ("tolerancePercent", compare.tolerance_percent, 0, 10_000),
+        ("confidencePercent", compare.confidence_percent, 50, 99),
+        (
+            "minSamples",
+            compare.min_samples,
+            MIN_COMPARISON_SAMPLES,
+            MAX_COMPARISON_POINTS,
+        ),
+    ];
+    for (name, value, min, max) in counts {
+        if let Some(problem) = count_problem(value, min, max) {
+            problems.push((name, problem));
+        }
+    }
+    if window.is_none()
+        && step.is_none()
+        && let (Some(window), Some(step)) =
+            (spec_duration(&compare.window), spec_duration(&compare.step))
+    {
+        let points = comparison_points(window, step);
+        if points > i64::from(MAX_COMPARISON_POINTS) {
+            problems.push((
+                "step",
+                format!(
+                    "{} over a window of {} gives {points} points per region, more than \
+                     {MAX_COMPARISON_POINTS}: lengthen the step",
+                    compare.step, compare.window
+                ),
+            ));
+        } else if points < i64::from(compare.min_samples) {
+            problems.push((
+                "window",
+                format!(
+                    "{} at a step of {} gives {points} points per region, fewer than minSamples \
+                     {}: every sample would be Inconclusive",
+                    compare.window, compare.step, compare.min_samples
+                ),
+            ));
+        }
+    }
+    for region in &compare.baseline_regions {
+        if let Some(problem) = text_problem(region) {
+            problems.push(("baselineRegions", problem));
+        }
+    }
+    problems
+}
+
+/// Points a range over `window` every `step` holds: both ends included.
+pub(crate) fn comparison_points(window: chrono::TimeDelta, step: chrono::TimeDelta) -> i64 {
+    let step = step.num_milliseconds().max(1);
+    window
+        .num_milliseconds()
+        .max(0)
+        .checked_div(step)
+        .unwrap_or(0)
+        .saturating_add(1)
+}
+
 /// Every problem the schema cannot catch, in field order.
 pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
     let mut errors = Vec::new();
@@ -39,10 +114,39 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
     for (index, gate) in spec.gates.iter().enumerate() {
         let field = |name: &str| format!("spec.gates[{index}].{name}");
         // Refused text is never parsed, so that no error message quotes it.
-        if let Some(problem) = text_problem(&gate.condition) {
-            report(field("condition"), problem);
-        } else if let Err(error) = Condition::parse(&gate.condition) {
-            report(field("condition"), error.to_string());
+        match &gate.compare {
+            None => {
+                if let Some(problem) = text_problem(&gate.condition) {
+                    report(field("condition"), problem);
+                } else if let Err(error) = Condition::parse(&gate.condition) {
+                    report(field("condition"), error.to_string());
+                }
+            }
+            Some(_) if !gate.condition.is_empty() => report(
+                field("condition"),
+                "set exactly one of condition and compare".to_owned(),
+            ),
+            Some(compare) => {
+                for (name, problem) in comparison_problems(compare) {
+                    report(field(&format!("compare.{name}")), problem);
+                }
+                if uses_placeholder(&gate.query, "revision") {
+                    report(
+                        field("query"),
+                        "a comparison gate's query cannot use {{revision}}: its baseline runs \
+                         the previous revision, which the query would not select"
+                            .to_owned(),
+                    );
+                }
+                if !uses_placeholder(&gate.query, "region") {
+                    report(
+                        field("query"),
+                        "a comparison gate's query must use {{region}}, so that it can be \
+                         asked of the regions not yet updated"
+                            .to_owned(),
+                    );
+                }
+            }
         }
         if let Some(problem) = text_problem(&gate.query) {
             report(field("query"), problem);

@@ -5,12 +5,17 @@
 //! controller's (`configrollout::prometheus`), so the grammar and the verdicts are tested
 //! without one and the Prometheus path against the real server.
 
+pub mod compare;
 pub mod condition;
 pub mod provider;
 pub mod template;
 pub mod verdict;
 
+pub use compare::{Direction, Rules, Side, compare};
 pub use condition::{Comparison, Condition, ConditionError};
-pub use provider::{Access, Authorization, Credentials, GateProvider, SampleFuture, SampleSource};
+pub use provider::{
+    Access, Authorization, Credentials, GateProvider, SampleFuture, SampleSource, SeriesAnswer,
+    SeriesFuture, Span,
+};
 pub use template::{TemplateError, TemplateValues, check_template, render, uses_placeholder};
 pub use verdict::{Answer, Evaluation, InconclusiveReason, Labels, QueryResult, Verdict, evaluate};

@@ -4,11 +4,39 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+use chrono::{DateTime, Utc};
+
 use super::verdict::Answer;
 
 /// The future returned by [`GateProvider::sample`]. Boxed so that the trait stays
 /// object-safe and the reconcile can hold a `dyn GateProvider`.
 pub type SampleFuture<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// The future returned by [`GateProvider::sample_range`].
+pub type SeriesFuture<'a> = Pin<Box<dyn Future<Output = SeriesAnswer> + Send + 'a>>;
+
+/// The span of a range sample: points from `start` to `end`, every `step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// First point.
+    pub start: DateTime<Utc>,
+    /// Last point (at most).
+    pub end: DateTime<Utc>,
+    /// Between points.
+    pub step: std::time::Duration,
+}
+
+/// What a range query returned: the values of its one series, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SeriesAnswer {
+    /// The series' values (none when no series matched).
+    Points(Vec<f64>),
+    /// The query could not be run or its answer not used (several series among them:
+    /// a comparison needs one per region).
+    Error(String),
+    /// The backend warned that the answer may be missing data; not used.
+    Partial(String),
+}
 
 /// Runs an already rendered query against a region's metrics backend.
 ///
@@ -19,6 +47,20 @@ pub trait GateProvider: Send + Sync {
     /// Samples `query` against the backend `source` names, or the default backend when
     /// it names none.
     fn sample<'a>(&'a self, source: SampleSource<'a>, query: &'a str) -> SampleFuture<'a>;
+
+    /// Samples `query` over `span` (a comparison gate's side). A backend that keeps no
+    /// history answers with an error, so a comparison gate on it never passes.
+    fn sample_range<'a>(
+        &'a self,
+        source: SampleSource<'a>,
+        query: &'a str,
+        span: Span,
+    ) -> SeriesFuture<'a> {
+        let _ = (source, query, span);
+        Box::pin(async {
+            SeriesAnswer::Error("this gate backend takes no range samples".to_owned())
+        })
+    }
 }
 
 /// Where a sample is taken, resolved by the caller from the Region it read in the same

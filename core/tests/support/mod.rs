@@ -11,11 +11,12 @@ use configrollout_api::{
     ConfigRolloutSpec, ConfigRolloutStatus, DriftPolicy, RevisionStep, conditions,
 };
 use configrollout_core::engine::{
-    Action, AppliedRevision, ApprovalObservation, ApproverBinding, ConsumerObservation, Control,
-    Decision, DesiredRevision, GateSampleObservation, Grant, Observations, RegionObservation,
-    RevisionAuthors, SourceStamp, decide, gates_due,
+    Action, AppliedRevision, ApprovalObservation, ApproverBinding, ComparisonRequest,
+    ComparisonSample, ConsumerObservation, Control, Decision, DesiredRevision,
+    GateSampleObservation, Grant, Observations, RegionObservation, RevisionAuthors, SourceStamp,
+    decide, gates_due,
 };
-use configrollout_core::gates::QueryResult;
+use configrollout_core::gates::{QueryResult, Span};
 use serde_json::{Value, json};
 
 /// A fixed start time for every test.
@@ -60,6 +61,10 @@ pub struct FakeRegion {
 /// What a gate query returns in the fake world.
 pub type Metric = Box<dyn Fn(&str, Option<&str>) -> QueryResult>;
 
+/// What a comparison gate's range query returns in the fake world: the points of a region
+/// over a span. `None`: the query errs.
+pub type Series = Box<dyn Fn(&str, &Span) -> Option<Vec<f64>>>;
+
 /// When the fake Prometheus evaluates a query asked at a time (`None`: no timestamp).
 pub type Evaluation = Box<dyn Fn(DateTime<Utc>) -> Option<DateTime<Utc>>>;
 
@@ -74,6 +79,10 @@ pub struct World {
     pub approvals: Vec<ApprovalObservation>,
     pub control: Control,
     pub metric: Metric,
+    /// What comparison gates' range queries return: by default 20 points of 0.
+    pub series: Series,
+    /// Every comparison request taken, in order.
+    pub comparisons: Vec<(Option<String>, ComparisonRequest)>,
     /// When the fake Prometheus evaluates a query: by default when asked.
     pub evaluation: Evaluation,
     /// The controller's `--gate-settle-time` (zero unless a test sets it).
@@ -138,6 +147,8 @@ impl World {
             approvals: Vec::new(),
             control: Control::default(),
             metric: Box::new(|_, _| QueryResult::Scalar(0.0)),
+            series: Box::new(|_, _| Some(vec![0.0; 20])),
+            comparisons: Vec::new(),
             evaluation: Box::new(Some),
             gate_settle_time: std::time::Duration::ZERO,
             log: Vec::new(),
@@ -157,19 +168,69 @@ impl World {
     }
 
     /// Samples the gates due now, as the reconcile would.
-    pub fn samples(&self) -> Vec<GateSampleObservation> {
-        gates_due(&self.spec, &self.status, self.now)
-            .into_iter()
-            .map(|request| GateSampleObservation {
-                result: (self.metric)(&request.gate, request.region.as_deref()),
-                gate: request.gate,
-                stage: request.stage,
-                revision: request.revision,
-                region: request.region,
-                at: self.now,
-                evaluated_at: (self.evaluation)(self.now),
+    pub fn samples(&mut self) -> Vec<GateSampleObservation> {
+        let due = gates_due(&self.spec, &self.status, self.now);
+        for request in &due {
+            if let Some(comparison) = &request.comparison {
+                self.comparisons
+                    .push((request.region.clone(), comparison.clone()));
+            }
+        }
+        due.into_iter()
+            .map(|request| {
+                let (result, comparison) = match &request.comparison {
+                    None => (
+                        (self.metric)(&request.gate, request.region.as_deref()),
+                        None,
+                    ),
+                    Some(comparison) => self.compare(request.region.as_deref(), comparison),
+                };
+                GateSampleObservation {
+                    result,
+                    gate: request.gate,
+                    stage: request.stage,
+                    revision: request.revision,
+                    region: request.region,
+                    at: self.now,
+                    evaluated_at: match &comparison {
+                        Some(_) => None,
+                        None => (self.evaluation)(self.now),
+                    },
+                    comparison,
+                }
             })
             .collect()
+    }
+
+    /// Both sides of a comparison from [`World::series`], as the controller takes them.
+    fn compare(
+        &self,
+        region: Option<&str>,
+        request: &ComparisonRequest,
+    ) -> (QueryResult, Option<ComparisonSample>) {
+        let Some(canary) = (self.series)(region.unwrap_or_default(), &request.canary) else {
+            return (QueryResult::Error("canary: unreachable".into()), None);
+        };
+        let mut baseline = Vec::new();
+        for query in &request.baseline {
+            match (self.series)(&query.region, &query.span) {
+                Some(points) => baseline.extend(points),
+                None => {
+                    return (
+                        QueryResult::Error(format!("baseline {}: unreachable", query.region)),
+                        None,
+                    );
+                }
+            }
+        }
+        (
+            QueryResult::Empty,
+            Some(ComparisonSample {
+                canary,
+                baseline,
+                baseline_source: request.source.clone(),
+            }),
+        )
     }
 
     /// What the reconcile would observe now, with the given samples.

@@ -217,6 +217,7 @@ mod tests {
             value: value.map(str::to_owned),
             verdict,
             message: None,
+            comparison: None,
         }
     }
 

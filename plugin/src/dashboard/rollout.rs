@@ -171,12 +171,27 @@ fn stage_column(
     }
     out.push_str("</div>");
     for gate in &stage.gates {
-        let condition = rollout
+        let declared = rollout
             .spec
             .gates
             .iter()
-            .find(|declared| declared.name == gate.name)
+            .find(|declared| declared.name == gate.name);
+        let condition = declared
+            .filter(|declared| declared.compare.is_none())
             .map(|declared| declared.condition.as_str());
+        let judged_by = match declared.and_then(|declared| declared.compare.as_ref()) {
+            Some(compare) => format!(
+                " · compared with its baseline: fails on a significant {:?} beyond {}% \
+                 ({}% confidence, {} windows)",
+                compare.fail_on,
+                compare.tolerance_percent,
+                compare.confidence_percent,
+                escape(&compare.window)
+            ),
+            None => condition
+                .map(|condition| format!(" · <code>{}</code>", escape(condition)))
+                .unwrap_or_default(),
+        };
         let verdict = gate
             .verdict
             .map_or_else(|| "Pending".to_owned(), |verdict| format!("{verdict:?}"));
@@ -198,13 +213,53 @@ fn stage_column(
             gate.successes,
             gate.failures,
             gate.inconclusives,
-            condition
-                .map(|condition| format!(" · <code>{}</code>", escape(condition)))
-                .unwrap_or_default(),
+            judged_by,
             gate_chart(gate, condition)
         );
+        out.push_str(&comparison_table(gate));
     }
     out.push_str("</section>");
+    out
+}
+
+/// A comparison gate's samples: both sides, the test, and why each counted as it did.
+fn comparison_table(gate: &configrollout_api::GateStatus) -> String {
+    let compared: Vec<_> = gate
+        .samples
+        .iter()
+        .filter_map(|sample| Some((sample, sample.comparison.as_ref()?)))
+        .collect();
+    if compared.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        r#"<table class="comparison" data-gate="{}"><thead><tr><th>sample</th><th>verdict</th><th>canary median (IQR, points)</th><th>baseline median (IQR, points)</th><th>baseline</th><th>U</th><th>p</th><th>change</th><th>why</th></tr></thead><tbody>"#,
+        escape(&gate.name)
+    );
+    let side = |side: &configrollout_api::ComparisonSide| {
+        format!(
+            "{} ({}, {})",
+            escape(side.median.as_deref().unwrap_or("-")),
+            escape(side.spread.as_deref().unwrap_or("-")),
+            side.points
+        )
+    };
+    for (sample, comparison) in compared {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{:?}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&time(&sample.at)),
+            sample.verdict,
+            side(&comparison.canary),
+            side(&comparison.baseline),
+            escape(&comparison.baseline_source),
+            escape(comparison.statistic.as_deref().unwrap_or("-")),
+            escape(comparison.p_value.as_deref().unwrap_or("-")),
+            escape(comparison.change.as_deref().unwrap_or("-")),
+            escape(sample.message.as_deref().unwrap_or("")),
+        );
+    }
+    out.push_str("</tbody></table>");
     out
 }
 
@@ -493,6 +548,7 @@ spec:
                             value: Some("0.01".to_owned()),
                             verdict: SampleVerdict::Successful,
                             message: None,
+                            comparison: None,
                         }],
                         ..GateStatus::default()
                     }],
@@ -570,6 +626,40 @@ spec:
         assert!(
             !html.contains("s3cr3t-value"),
             "no configuration value: {html}"
+        );
+    }
+
+    #[test]
+    fn a_comparison_gate_shows_both_sides_of_each_sample_escaped() {
+        let mut rollout = gated();
+        let status = rollout.status.as_mut().expect("status");
+        let sample = &mut status.stages[0].gates[0].samples[0];
+        sample.verdict = SampleVerdict::Failed;
+        sample.message = Some("significantly <higher>".to_owned());
+        sample.comparison = Some(configrollout_api::SampleComparison {
+            canary: configrollout_api::ComparisonSide {
+                points: 10,
+                median: Some("0.5".to_owned()),
+                spread: Some("0.01".to_owned()),
+            },
+            baseline: configrollout_api::ComparisonSide {
+                points: 20,
+                median: Some("0".to_owned()),
+                spread: Some("0".to_owned()),
+            },
+            baseline_source: "regions <script>".to_owned(),
+            statistic: Some("200".to_owned()),
+            p_value: Some("3.2e-9".to_owned()),
+            change: Some("+inf%".to_owned()),
+        });
+        let html = rollout_live(&rollout, &Ok(Vec::new()));
+        assert!(
+            html.contains(r#"<table class="comparison" data-gate="errors">"#),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>0.5 (0.01, 10)</td><td>0 (0, 20)</td><td>regions &lt;script&gt;</td><td>200</td><td>3.2e-9</td><td>+inf%</td><td>significantly &lt;higher&gt;</td>"),
+            "{html}"
         );
     }
 

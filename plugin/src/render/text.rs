@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use configrollout_api::{GateStatus, RolloutPhase};
+use configrollout_api::{GateStatus, RolloutPhase, SampleComparison};
 
 /// An API time as the plugin prints it: RFC 3339, in seconds, UTC.
 pub fn time(at: &Time) -> String {
@@ -44,4 +44,27 @@ pub(super) fn gate_label(gate: &GateStatus) -> String {
         Some(region) => format!("{} ({region})", gate.name),
         None => gate.name.clone(),
     }
+}
+
+/// Both sides of a comparison gate's sample on one line, e.g. `canary median 0.5 (IQR
+/// 0.01, 10 points) vs baseline 0 (IQR 0, 20 points; regions eu-2, eu-3): p 3.2e-9,
+/// change +inf%`. Raw: callers make it safe for where they show it.
+pub fn comparison_summary(comparison: &SampleComparison) -> String {
+    let side = |side: &configrollout_api::ComparisonSide| {
+        format!(
+            "{} (IQR {}, {} points",
+            side.median.as_deref().unwrap_or("-"),
+            side.spread.as_deref().unwrap_or("-"),
+            side.points
+        )
+    };
+    format!(
+        "canary median {}) vs baseline {}; {}): U {}, p {}, change {}",
+        side(&comparison.canary),
+        side(&comparison.baseline),
+        comparison.baseline_source,
+        comparison.statistic.as_deref().unwrap_or("-"),
+        comparison.p_value.as_deref().unwrap_or("-"),
+        comparison.change.as_deref().unwrap_or("-"),
+    )
 }

@@ -11,7 +11,7 @@ use configrollout_api::{
 };
 
 use super::tables::render_notifications;
-use super::text::{gate_label, phase_name, printable, time};
+use super::text::{comparison_summary, gate_label, phase_name, printable, time};
 use super::waiting::{Waiting, waiting_on};
 
 /// How many of a gate's most recent samples the tree shows.
@@ -154,7 +154,15 @@ pub(super) fn gate_node(rollout: &ConfigRollout, gate: &GateStatus) -> Node {
             if let Some(message) = &sample.message {
                 let _ = write!(line, ": {}", printable(message));
             }
-            Node::leaf(line)
+            match &sample.comparison {
+                Some(comparison) => Node {
+                    text: line,
+                    children: vec![Node::leaf(
+                        printable(&comparison_summary(comparison)).into_owned(),
+                    )],
+                },
+                None => Node::leaf(line),
+            }
         })
         .collect();
     Node { text, children }
