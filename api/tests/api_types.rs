@@ -264,6 +264,7 @@ fn full_status_round_trips() {
                 name: "error-rate".into(),
                 region: Some("eu-west-1".into()),
                 verdict: Some(GateVerdict::Passed),
+                dry_run: false,
                 opens_at: Some(at.clone()),
                 successes: 5,
                 failures: 1,

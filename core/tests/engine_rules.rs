@@ -2035,3 +2035,98 @@ fn a_comparison_gate_that_could_not_compare_is_invalid_naming_the_field() {
         ["spec.gates[0].compare.confidencePercent"]
     );
 }
+
+/// A real gate and a dry-run gate on the canary, which bakes a minute.
+fn with_dry_run(stage_gates: serde_json::Value, shadow: serde_json::Value) -> serde_json::Value {
+    let mut shadow_gate = json!({
+        "name": "shadow",
+        "query": "sum(rate(latency{region=\"{{region}}\"}[1m]))",
+        "condition": "result < 0.01",
+        "interval": "10s",
+        "dryRun": true,
+    });
+    for (key, value) in shadow.as_object().unwrap() {
+        shadow_gate[key] = value.clone();
+    }
+    json!({
+        "gates": [
+            {"name": "errors", "query": "sum(rate(errors{region=\"{{region}}\"}[1m]))",
+             "condition": "result < 0.01", "interval": "10s", "count": 2},
+            shadow_gate,
+        ],
+        "stages": [
+            {"name": "canary", "regions": {"names": ["c1"]}, "gates": stage_gates,
+             "pause": {"duration": "1m"}},
+            {"name": "rest", "regions": {"names": ["r1"]}},
+        ]
+    })
+}
+
+#[test]
+fn a_failing_dry_run_gate_is_kept_and_counted_apart_but_never_holds_the_rollout() {
+    let mut world = World::new(
+        spec(with_dry_run(json!(["errors", "shadow"]), json!({}))),
+        &["c1", "r1"],
+    );
+    world.metric =
+        Box::new(|gate, _| QueryResult::Scalar(if gate == "shadow" { 0.5 } else { 0.0 }));
+    let mut dry_run_failed = 0;
+    let mut failed = 0;
+    for _ in 0..40 {
+        let decision = world.tick();
+        dry_run_failed += decision.dry_run_samples_judged.failed;
+        failed += decision.samples_judged.failed;
+        world.advance(10);
+    }
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    assert!(
+        world
+            .condition(conditions::HALTED)
+            .is_none_or(|c| c.status != "True")
+    );
+    let shadow = world.status.stages[0]
+        .gates
+        .iter()
+        .find(|window| window.name == "shadow")
+        .unwrap();
+    assert!(shadow.dry_run);
+    assert_eq!(shadow.verdict, Some(GateVerdict::Failed));
+    assert_eq!(
+        shadow.samples[0].verdict,
+        SampleVerdict::Failed,
+        "kept, visible"
+    );
+    assert_eq!(shadow.samples[0].value.as_deref(), Some("0.5"));
+    assert_eq!((dry_run_failed, failed), (1, 0), "counted apart");
+    assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
+}
+
+#[test]
+fn a_dry_run_gate_samples_while_its_stage_bakes_and_never_ends_the_bake() {
+    // The stage's only gate is a dry run: it passes at once into its bake, where the dry
+    // run is sampled; a dry run that would need 1000 samples delays nothing.
+    let mut world = World::new(
+        spec(with_dry_run(json!(["shadow"]), json!({"count": 1000}))),
+        &["c1", "r1"],
+    );
+    world.tick(); // declares and publishes c1
+    world.tick(); // verifying, then baking: no real gate to wait for
+    assert_eq!(world.status.stages[0].state, StageState::Baking);
+    for _ in 0..5 {
+        world.advance(10);
+        world.tick();
+    }
+    let shadow = &world.status.stages[0].gates[0];
+    assert!(
+        shadow.samples.len() >= 4,
+        "sampled during the bake: {shadow:?}"
+    );
+    assert_eq!(shadow.verdict, Some(GateVerdict::Running));
+    world.run(10, 10);
+    assert_ne!(
+        world.status.stages[0].state,
+        StageState::Baking,
+        "the bake ended"
+    );
+    assert!(world.publishes().iter().any(|(region, ..)| region == "r1"));
+}

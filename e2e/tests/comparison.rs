@@ -5,7 +5,9 @@
 //! a bad value in the canary fails against healthy baseline regions; a fleet-wide error
 //! increase that hits every region alike passes the comparison while a fixed threshold
 //! on the same data halts; and the last stage, with no region left to compare with,
-//! compares each region with its own window before the change. One lab for the binary.
+//! compares each region with its own window before the change. A dry-run gate (issue 34)
+//! that fails throughout is kept, charted and counted apart while its rollout completes.
+//! One lab for the binary.
 
 mod support;
 
@@ -29,7 +31,8 @@ async fn a_change_is_judged_against_its_baseline() {
         ..LabOptions::default()
     })
     .await;
-    let _controller = world.start_controller("controller-compare");
+    let probe = free_local_addr();
+    let _controller = world.start_controller_on("controller-compare", &probe);
     for region in world.lab.regions() {
         world
             .lab
@@ -38,9 +41,80 @@ async fn a_change_is_judged_against_its_baseline() {
             .expect("errors down");
     }
 
+    a_failing_dry_run_gate_is_kept_while_the_rollout_completes(&world, &probe).await;
     a_bad_canary_fails_against_healthy_regions(&world).await;
     a_fleet_wide_increase_passes_the_comparison_but_not_a_threshold(&world).await;
     the_last_stage_compares_with_its_own_earlier_window(&world).await;
+}
+
+/// A gate in dry run that fails every sample beside a real one that passes: the rollout
+/// completes, the failed samples are in its status, and the controller counts them apart
+/// from the samples its alerts read.
+async fn a_failing_dry_run_gate_is_kept_while_the_rollout_completes(world: &World, probe: &str) {
+    let name = "dry-run";
+    world
+        .create_rollout(&rollout_yaml(
+            name,
+            &format!(
+                r#"  onFailure: Halt
+  data: {{rate: "10"}}
+  gates:
+    - name: errors
+      query: '{ERROR_RATIO}'
+      condition: result < 0.1
+      interval: 2s
+      count: 3
+    - name: requests-never-seen
+      query: 'sum(configrollout_lab_requests_total{{region="{{{{region}}}}"}})'
+      condition: result < 1
+      interval: 2s
+      dryRun: true
+  stages:
+    - {{name: canary, regions: {{names: [region-1]}}, gates: [errors, requests-never-seen]}}
+    - {{name: rest, regions: {{names: [region-2]}}}}
+"#
+            ),
+        ))
+        .await;
+    let complete = ends(world, name, "Complete").await;
+    let canary = complete
+        .status
+        .as_ref()
+        .and_then(|status| status.stages.iter().find(|stage| stage.name == "canary"))
+        .expect("canary stage");
+    let dry_run = canary
+        .gates
+        .iter()
+        .find(|gate| gate.name == "requests-never-seen")
+        .expect("the dry run's window is kept");
+    assert!(dry_run.dry_run);
+    assert_eq!(dry_run.verdict, Some(GateVerdict::Failed));
+    let failed = dry_run
+        .samples
+        .iter()
+        .find(|sample| sample.verdict == SampleVerdict::Failed)
+        .expect("its failed sample is visible");
+    assert!(
+        number(failed.value.as_deref()) >= 1.0,
+        "the value it failed on: {failed:?}"
+    );
+    let exposition = scrape(&format!("http://{probe}/metrics")).await;
+    assert!(
+        sample(
+            &exposition,
+            "configrollout_gate_dry_run_samples_total{verdict=\"failed\"}"
+        ) >= 1.0,
+        "counted apart"
+    );
+    assert_eq!(
+        sample(
+            &exposition,
+            "configrollout_gate_samples_total{verdict=\"failed\"}"
+        ),
+        0.0,
+        "no failed sample of a real gate: the alert stays quiet"
+    );
+    world.delete_rollout(name).await;
 }
 
 /// The comparison gate of these scenarios, and its stages.

@@ -468,6 +468,12 @@ pub struct Gate {
     #[serde(default = "default_consecutive_error_limit")]
     #[schemars(range(min = 1, max = MAX_GATE_LIMIT))]
     pub consecutive_error_limit: i32,
+    /// Sample and judge the gate, keep its samples and count them in metrics apart, but
+    /// never let it pass or fail a stage: to try a gate out before it guards anything. It
+    /// samples while its stage verifies and bakes (give the stage a `pause` to watch it
+    /// longer than its other gates take).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 fn gate_rules(schema: &mut Schema) {

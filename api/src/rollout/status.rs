@@ -315,6 +315,9 @@ pub struct GateStatus {
     /// Current verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<GateVerdict>,
+    /// A dry-run gate's window: its verdict never passes nor fails the stage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
     /// When the window opens: the stage's regions done, then `initialDelay` or, where
     /// nothing shows that the region's consumers loaded the revision, the controller's
     /// settle time, whichever is longer. No sample taken, or evaluated by Prometheus,

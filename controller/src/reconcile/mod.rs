@@ -441,6 +441,9 @@ async fn one_round(
     let previous = observed.status.clone().unwrap_or_default();
     let decision = engine::decide(&rollout.spec, previous.clone(), &observations, now);
     record.samples_judged.add(&decision.samples_judged);
+    record
+        .dry_run_samples_judged
+        .add(&decision.dry_run_samples_judged);
     // A region's whole replica is held only for the merges that plan from it.
     region_reads.retain(|region, _| {
         decision.actions.iter().any(|action| match action {

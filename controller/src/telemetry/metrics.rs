@@ -57,6 +57,8 @@ pub struct ReconcileRecord {
     pub region_write_failures: u32,
     /// Gate samples judged, by verdict.
     pub samples_judged: SampleTally,
+    /// Dry-run gates' samples judged, by verdict.
+    pub dry_run_samples_judged: SampleTally,
     /// The status patch's result and duration, when one was sent.
     pub status_patch: Option<(WriteResult, Duration)>,
     /// Whether a status change of gate samples only was held back, to be written with
@@ -102,6 +104,8 @@ pub struct Metrics {
     pub status_patch_duration_seconds: Histogram,
     /// Gate samples by verdict.
     pub gate_samples_total: CounterVec<SampleVerdict>,
+    /// Dry-run gates' samples by verdict (apart: no alert reads them).
+    pub gate_dry_run_samples_total: CounterVec<SampleVerdict>,
     /// Writes not sent because this replica did not hold the Lease, by what they changed.
     pub writes_dropped_total: CounterVec<WriteKind>,
     /// 1 while this process holds the Lease (read from the election at each scrape once
@@ -162,6 +166,7 @@ impl Metrics {
         let status_patches_total = CounterVec::default();
         let status_patch_duration_seconds = Histogram::new(LATENCY_BUCKETS);
         let gate_samples_total = CounterVec::default();
+        let gate_dry_run_samples_total = CounterVec::default();
         let writes_dropped_total = CounterVec::default();
         let leader = Gauge::default();
         let rollouts = GaugeVec::default();
@@ -211,6 +216,11 @@ impl Metrics {
             counter_name("configrollout_gate_samples_total"),
             help("Metric gate samples taken, by verdict."),
             gate_samples_total.clone(),
+        );
+        registry.register(
+            counter_name("configrollout_gate_dry_run_samples_total"),
+            help("Dry-run gates' samples taken, by verdict: they never pass nor fail a stage."),
+            gate_dry_run_samples_total.clone(),
         );
         registry.register(
             counter_name("configrollout_writes_dropped_total"),
@@ -287,6 +297,7 @@ impl Metrics {
             status_patches_total,
             status_patch_duration_seconds,
             gate_samples_total,
+            gate_dry_run_samples_total,
             writes_dropped_total,
             leader,
             rollouts,
@@ -336,14 +347,21 @@ impl Metrics {
         );
         self.region_writes_total
             .add(WriteResult::Error, u64::from(record.region_write_failures));
-        let samples = record.samples_judged;
-        for (verdict, count) in [
-            (SampleVerdict::Successful, samples.successful),
-            (SampleVerdict::Failed, samples.failed),
-            (SampleVerdict::Inconclusive, samples.inconclusive),
-            (SampleVerdict::Error, samples.errors),
+        for (tally, counter) in [
+            (record.samples_judged, &self.gate_samples_total),
+            (
+                record.dry_run_samples_judged,
+                &self.gate_dry_run_samples_total,
+            ),
         ] {
-            self.gate_samples_total.add(verdict, u64::from(count));
+            for (verdict, count) in [
+                (SampleVerdict::Successful, tally.successful),
+                (SampleVerdict::Failed, tally.failed),
+                (SampleVerdict::Inconclusive, tally.inconclusive),
+                (SampleVerdict::Error, tally.errors),
+            ] {
+                counter.add(verdict, u64::from(count));
+            }
         }
         if record.status_held {
             self.status_writes_held_total.inc();

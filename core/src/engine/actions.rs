@@ -79,6 +79,9 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
     /// Gate samples this decision counted, by verdict (for the controller's metrics).
     pub samples_judged: SampleTally,
+    /// Dry-run gates' samples this decision counted, by verdict: apart, so that a dry-run
+    /// gate failing as expected never fires the alert of a failing gate.
+    pub dry_run_samples_judged: SampleTally,
 }
 
 /// Gate samples counted, by verdict.

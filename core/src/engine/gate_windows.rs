@@ -122,14 +122,16 @@ pub fn gates_due(
     };
     let legacy_settle = settle_time(spec, DEFAULT_GATE_SETTLE_TIME);
     for (index, stage) in status.stages.iter().enumerate() {
-        if stage.state != StageState::Verifying {
+        // A baking stage's gates passed; its dry-run gates go on sampling.
+        let baking = stage.state == StageState::Baking;
+        if stage.state != StageState::Verifying && !baking {
             continue;
         }
         let Some(verified_at) = stage.verified_at.as_ref().map(from_time) else {
             continue;
         };
         for window in &stage.gates {
-            if window.verdict != Some(GateVerdict::Running) {
+            if window.verdict != Some(GateVerdict::Running) || (baking && !window.dry_run) {
                 continue;
             }
             let Some(gate) = spec.gates.iter().find(|gate| gate.name == window.name) else {
@@ -382,6 +384,7 @@ pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
             name: gate.name.clone(),
             region,
             verdict: Some(GateVerdict::Running),
+            dry_run: gate.dry_run,
             opens_at: opens_at.clone(),
             ..GateStatus::default()
         };
@@ -398,8 +401,18 @@ pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
     draft.status.stages[index].gates = windows;
 }
 
-/// Counts the new samples of the stage's windows and judges them.
-pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
+/// Which of a stage's windows a judgement looks at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Windows {
+    /// Every window: the stage verifies.
+    All,
+    /// Only dry-run windows: the stage bakes, its gates passed.
+    DryRun,
+}
+
+/// Counts the new samples of the stage's windows and judges them. Dry-run windows are
+/// judged and kept but never pass nor fail the stage.
+pub(super) fn judge(draft: &mut Draft<'_>, index: usize, which: Windows) -> StageGates {
     let Some(revision) = draft.revision().map(str::to_owned) else {
         return StageGates::Running;
     };
@@ -438,6 +451,9 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
         ))
     });
     for window in &mut draft.status.stages[index].gates {
+        if which == Windows::DryRun && !window.dry_run {
+            continue;
+        }
         let Some((gate, condition)) = compiled.iter().find(|(gate, _)| gate.name == window.name)
         else {
             continue;
@@ -461,7 +477,11 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
                 judge,
                 schedule,
                 window,
-                &mut draft.samples_judged,
+                if window.dry_run {
+                    &mut draft.dry_run_samples_judged
+                } else {
+                    &mut draft.samples_judged
+                },
             );
             window.verdict = Some(verdict_of(gate, window));
             if window.verdict == Some(GateVerdict::Passed) {
@@ -470,6 +490,13 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
                 let excess = window.samples.len().saturating_sub(1);
                 window.samples.drain(..excess);
             }
+        }
+        if window.dry_run {
+            if window.verdict == Some(GateVerdict::Running) {
+                let due = schedule.next_sample_at(window);
+                next_due = Some(next_due.map_or(due, |current| current.min(due)));
+            }
+            continue;
         }
         match window.verdict {
             Some(GateVerdict::Passed) => {}
@@ -487,11 +514,12 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize) -> StageGates {
     if let Some(message) = failure {
         return StageGates::Failed(message);
     }
-    if all_passed {
-        return StageGates::Passed;
-    }
+    // Before a pass too: a dry-run window still samples while its stage bakes.
     if let Some(due) = next_due {
         draft.wake_at(due.max(draft.now));
+    }
+    if all_passed {
+        return StageGates::Passed;
     }
     StageGates::Running
 }

@@ -197,7 +197,7 @@ fn progressing_wait(draft: &Draft<'_>, revision: &str) -> String {
             let running: Vec<String> = stage_status
                 .gates
                 .iter()
-                .filter(|gate| gate.verdict != Some(GateVerdict::Passed))
+                .filter(|gate| !gate.dry_run && gate.verdict != Some(GateVerdict::Passed))
                 .map(|gate| {
                     let count = draft
                         .spec

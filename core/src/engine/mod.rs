@@ -110,6 +110,8 @@ pub(crate) struct Draft<'a> {
     resumed_now: bool,
     /// Gate samples counted in this decision, by verdict.
     samples_judged: SampleTally,
+    /// Dry-run gates' samples counted in this decision, by verdict.
+    dry_run_samples_judged: SampleTally,
     /// Approvals that named what is awaited but did not count (four-eyes), as messages.
     approval_refusals: Vec<String>,
 }
@@ -184,6 +186,7 @@ impl<'a> Draft<'a> {
             halt: None,
             resumed_now: false,
             samples_judged: SampleTally::default(),
+            dry_run_samples_judged: SampleTally::default(),
             approval_refusals: Vec::new(),
         }
     }
@@ -271,6 +274,7 @@ impl<'a> Draft<'a> {
             actions: self.actions,
             requeue_after,
             samples_judged: self.samples_judged,
+            dry_run_samples_judged: self.dry_run_samples_judged,
         }
     }
 

@@ -11,7 +11,7 @@ use configrollout_api::{
 };
 
 use super::clock::{after, from_time, spec_duration, to_time};
-use super::gate_windows::{self, StageGates};
+use super::gate_windows::{self, StageGates, Windows};
 use super::{Draft, EventType, approvals, expand_contract, failure, regions};
 
 /// Runs the stage machine until it blocks; at most two passes (expand, then contract).
@@ -113,7 +113,7 @@ fn run_stages(draft: &mut Draft<'_>) -> bool {
                     stage.verified_at = Some(to_time(draft.now));
                     gate_windows::open_windows(draft, index);
                 }
-                StageState::Verifying => match gate_windows::judge(draft, index) {
+                StageState::Verifying => match gate_windows::judge(draft, index, Windows::All) {
                     StageGates::Failed(message) => {
                         failure::fail(draft, index, "GateFailed", message);
                         return false;
@@ -131,6 +131,8 @@ fn run_stages(draft: &mut Draft<'_>) -> bool {
                     }
                 },
                 StageState::Baking => {
+                    // Its dry-run gates go on sampling; they never end the bake.
+                    gate_windows::judge(draft, index, Windows::DryRun);
                     let bake_end = bake_end(draft, index);
                     if draft.now < bake_end {
                         draft.wake_at(bake_end);
@@ -184,6 +186,7 @@ fn bake_end(draft: &Draft<'_>, index: usize) -> DateTime<Utc> {
     let gates_passed_at = stage
         .gates
         .iter()
+        .filter(|window| !window.dry_run)
         .filter_map(|window| window.samples.last())
         .map(|sample| from_time(&sample.at))
         .max()

@@ -202,13 +202,18 @@ fn stage_column(
         };
         let _ = write!(
             out,
-            r#"<figure class="gate gate-{class}" data-gate="{}"><figcaption>gate <b>{}</b>{} <span class="badge">{}</span> {} ok, {} failed, {} inconclusive{}</figcaption>{}</figure>"#,
+            r#"<figure class="gate gate-{class}" data-gate="{}"><figcaption>gate <b>{}</b>{}{} <span class="badge">{}</span> {} ok, {} failed, {} inconclusive{}</figcaption>{}</figure>"#,
             escape(&gate.name),
             escape(&gate.name),
             gate.region
                 .as_deref()
                 .map(|region| format!(" in {}", escape(region)))
                 .unwrap_or_default(),
+            if gate.dry_run {
+                r#" <span class="badge dry-run" title="sampled and kept; never passes nor fails the stage">dry run</span>"#
+            } else {
+                ""
+            },
             escape(&verdict),
             gate.successes,
             gate.failures,
@@ -626,6 +631,19 @@ spec:
         assert!(
             !html.contains("s3cr3t-value"),
             "no configuration value: {html}"
+        );
+    }
+
+    #[test]
+    fn a_dry_run_gate_is_badged_as_one() {
+        let mut rollout = gated();
+        let html = rollout_live(&rollout, &Ok(Vec::new()));
+        assert!(!html.contains(r#"class="badge dry-run""#), "{html}");
+        rollout.status.as_mut().expect("status").stages[0].gates[0].dry_run = true;
+        let html = rollout_live(&rollout, &Ok(Vec::new()));
+        assert!(
+            html.contains(r#"gate <b>errors</b> in region-1 <span class="badge dry-run""#),
+            "{html}"
         );
     }
 

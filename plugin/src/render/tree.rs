@@ -122,8 +122,13 @@ pub(super) fn gate_node(rollout: &ConfigRollout, gate: &GateStatus) -> Node {
         .verdict
         .map_or_else(|| "Pending".to_owned(), |verdict| format!("{verdict:?}"));
     let mut text = format!(
-        "gate {}: {verdict}, {} successful",
+        "gate {}{}: {verdict}, {} successful",
         gate_label(gate),
+        if gate.dry_run {
+            " (dry run: never passes nor fails the stage)"
+        } else {
+            ""
+        },
         gate.successes
     );
     if let Some(declared) = needed {

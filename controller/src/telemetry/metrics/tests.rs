@@ -308,6 +308,10 @@ fn one_record_moves_every_metric_a_reconcile_moves() {
             inconclusive: 0,
             errors: 1,
         },
+        dry_run_samples_judged: SampleTally {
+            failed: 4,
+            ..SampleTally::default()
+        },
         status_patch: Some((WriteResult::Conflict, Duration::from_millis(5))),
         status_held: true,
     });
@@ -322,6 +326,13 @@ fn one_record_moves_every_metric_a_reconcile_moves() {
     assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Successful), 2);
     assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Failed), 1);
     assert_eq!(metrics.gate_samples_total.get(SampleVerdict::Error), 1);
+    assert_eq!(
+        metrics
+            .gate_dry_run_samples_total
+            .get(SampleVerdict::Failed),
+        4,
+        "a dry run's samples are counted apart from the gates' the alerts read"
+    );
     assert_eq!(metrics.status_patches_total.get(WriteResult::Conflict), 1);
     let text = metrics.render();
     assert!(text.contains("configrollout_region_writes_total{result=\"conflict\"} 2\n"));
