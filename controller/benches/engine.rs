@@ -231,7 +231,32 @@ fn bench_decide_cpu(c: &mut Criterion<ThreadCpuTime>) {
     });
 }
 
-criterion_group!(benches, bench_decide);
+/// One comparison gate sample judged, at the sizes a spec can ask for: the README's
+/// example (5m at 30s: 11 points against 3 baseline regions' 33), an hour at 10s (361
+/// against 1083), and the most a spec allows (1000 points a side, 10 baseline regions).
+fn bench_compare(c: &mut Criterion) {
+    use configrollout::gates::compare::{Direction, Rules, compare};
+    let rules = Rules {
+        direction: Direction::Increase,
+        tolerance: 0.2,
+        alpha: 0.05,
+        min_samples: 10,
+    };
+    // Error ratios around 1 %, a little noise, no two alike.
+    let points = |n: usize, level: f64| -> Vec<f64> {
+        (0..n)
+            .map(|i| level * (1.0 + ((i * 7919) % 101) as f64 / 1000.0))
+            .collect()
+    };
+    for (canary, baseline) in [(11, 33), (361, 1083), (1000, 10_000)] {
+        let (c_points, b_points) = (points(canary, 0.011), points(baseline, 0.01));
+        c.bench_function(&format!("compare_{canary}_vs_{baseline}_points"), |b| {
+            b.iter(|| black_box(compare(&c_points, &b_points, &rules)))
+        });
+    }
+}
+
+criterion_group!(benches, bench_decide, bench_compare);
 criterion_group! {
     name = cpu_time;
     config = Criterion::default().with_measurement(ThreadCpuTime::new());
