@@ -150,10 +150,10 @@ impl<'de> Deserialize<'de> for SampleValue {
     }
 }
 
-/// Parses a query answer within `limits`; a range vector is not a gate's answer, and an
-/// answer with warnings is [`QueryResult::Partial`].
-pub(super) fn parse_answer(body: &[u8], limits: ResponseLimits) -> Result<Answer, QueryError> {
-    let outline: Outline = serde_json::from_slice(body).map_err(malformed)?;
+/// The envelope of a successful answer and its data; Prometheus's own error (bounded)
+/// otherwise.
+fn successful_outline(body: &[u8]) -> Result<(Outline, OutlineData), QueryError> {
+    let mut outline: Outline = serde_json::from_slice(body).map_err(malformed)?;
     if let Status::Error = outline.status {
         return Err(QueryError::Prometheus {
             error_type: bounded(
@@ -163,9 +163,16 @@ pub(super) fn parse_answer(body: &[u8], limits: ResponseLimits) -> Result<Answer
             message: bounded(outline.error.as_deref().unwrap_or(""), MAX_ERROR_CHARS),
         });
     }
-    let Some(data) = outline.data else {
+    let Some(data) = outline.data.take() else {
         return Err(QueryError::Malformed("no data".to_owned()));
     };
+    Ok((outline, data))
+}
+
+/// Parses a query answer within `limits`; a range vector is not a gate's answer, and an
+/// answer with warnings is [`QueryResult::Partial`].
+pub(super) fn parse_answer(body: &[u8], limits: ResponseLimits) -> Result<Answer, QueryError> {
+    let (outline, data) = successful_outline(body)?;
     let answer = match data.result_type.as_str() {
         "vector" => {
             let series = data.result.0;
@@ -228,19 +235,7 @@ pub(super) fn parse_series(
     body: &[u8],
     limits: ResponseLimits,
 ) -> Result<SeriesAnswer, QueryError> {
-    let outline: Outline = serde_json::from_slice(body).map_err(malformed)?;
-    if let Status::Error = outline.status {
-        return Err(QueryError::Prometheus {
-            error_type: bounded(
-                outline.error_type.as_deref().unwrap_or("unknown"),
-                MAX_NAME_CHARS,
-            ),
-            message: bounded(outline.error.as_deref().unwrap_or(""), MAX_ERROR_CHARS),
-        });
-    }
-    let Some(data) = outline.data else {
-        return Err(QueryError::Malformed("no data".to_owned()));
-    };
+    let (outline, data) = successful_outline(body)?;
     if data.result_type != "matrix" {
         return Err(QueryError::UnsupportedType(bounded(
             &data.result_type,
