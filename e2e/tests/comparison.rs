@@ -33,13 +33,7 @@ async fn a_change_is_judged_against_its_baseline() {
     .await;
     let probe = free_local_addr();
     let _controller = world.start_controller_on("controller-compare", &probe);
-    for region in world.lab.regions() {
-        world
-            .lab
-            .set_error_rate(&region, 0.0)
-            .await
-            .expect("errors down");
-    }
+    errors_everywhere(&world, 0.0).await;
 
     a_failing_dry_run_gate_is_kept_while_the_rollout_completes(&world, &probe).await;
     a_bad_canary_fails_against_healthy_regions(&world).await;
@@ -115,6 +109,17 @@ async fn a_failing_dry_run_gate_is_kept_while_the_rollout_completes(world: &Worl
         "no failed sample of a real gate: the alert stays quiet"
     );
     world.delete_rollout(name).await;
+}
+
+/// Sets every region's workload to fail `ratio` of its requests.
+async fn errors_everywhere(world: &World, ratio: f64) {
+    for region in world.lab.regions() {
+        world
+            .lab
+            .set_error_rate(&region, ratio)
+            .await
+            .expect("set the error rate");
+    }
 }
 
 /// The comparison gate of these scenarios, and its stages.
@@ -251,13 +256,7 @@ async fn a_fleet_wide_increase_passes_the_comparison_but_not_a_threshold(world: 
         .watch_config_everywhere(APP, "fleet-compared")
         .await
         .expect("the workloads follow the compared target");
-    for region in world.lab.regions() {
-        world
-            .lab
-            .set_error_rate(&region, 0.3)
-            .await
-            .expect("errors up everywhere");
-    }
+    errors_everywhere(world, 0.3).await;
     // Every region's own earlier window (the last stage's baseline) holds the bad hour too.
     tokio::time::sleep(NEW_DATA).await;
     let stages = r#"    - {name: canary, regions: {names: [region-1]}, gates: [errors]}
@@ -315,13 +314,7 @@ async fn a_fleet_wide_increase_passes_the_comparison_but_not_a_threshold(world: 
             "no region left to compare with: {region} against its own window, {comparison:?}"
         );
     }
-    for region in world.lab.regions() {
-        world
-            .lab
-            .set_error_rate(&region, 0.0)
-            .await
-            .expect("errors down");
-    }
+    errors_everywhere(world, 0.0).await;
     world.delete_rollout("fleet-compared").await;
     world.delete_rollout("fleet-threshold").await;
 }
