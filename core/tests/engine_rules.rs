@@ -435,6 +435,36 @@ fn an_answer_evaluated_before_its_sample_was_due_never_counts() {
 }
 
 #[test]
+fn an_answer_stamped_at_the_second_its_sample_was_due_counts() {
+    // VictoriaMetrics evaluates a query without `time` at the current second rounded down
+    // and stamps its answer so: samples due (and taken) 250 ms into a second are fresh.
+    use chrono::SubsecRound;
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 3}))),
+        &["c1", "r1"],
+    );
+    world.now += chrono::TimeDelta::milliseconds(250);
+    world.evaluation = Box::new(|at| Some(at.trunc_subsecs(0)));
+    world.run(8, 10);
+    let window = &world.status.stages[0].gates[0];
+    assert_eq!(window.verdict, Some(GateVerdict::Passed), "{window:?}");
+    assert_eq!(window.consecutive_errors, 0);
+    // A second behind is still stale.
+    let mut world = World::new(
+        spec(gated(json!({"interval": "10s", "count": 3}))),
+        &["c1", "r1"],
+    );
+    world.now += chrono::TimeDelta::milliseconds(250);
+    world.evaluation =
+        Box::new(|at| Some(at.trunc_subsecs(0) - chrono::TimeDelta::milliseconds(1)));
+    world.run(8, 10);
+    assert_eq!(
+        world.status.stages[0].gates[0].verdict,
+        Some(GateVerdict::Failed)
+    );
+}
+
+#[test]
 fn a_partial_answer_is_inconclusive_and_says_why() {
     let mut world = World::new(
         spec(gated(

@@ -15,6 +15,7 @@ use crate::controlplane::{ControlPlane, ReadyInfo};
 use crate::gobuild::{self, GoPrograms};
 use crate::manifests::{self, FIELD_MANAGER};
 use crate::prometheus::{self, DEFAULT_PROMETHEUS_BINARY, Prometheus, Sample};
+use crate::victoria::{DEFAULT_VICTORIA_METRICS_BINARY, VictoriaMetrics};
 use crate::workload::{ConfigLoad, ConfigSource, Workload};
 use crate::workload_controllers::{self, WorkloadControllers};
 use crate::{LabError, User};
@@ -56,6 +57,10 @@ pub struct LabOptions {
     /// apiserver, and KWOK managing one fake node (`kwok-<region>`). Off by default: it
     /// costs three processes per region and a longer start.
     pub workload_controllers: bool,
+    /// Also runs Debian's VictoriaMetrics ([`Lab::victoria_metrics_url`]), scraping the
+    /// workloads as Prometheus does: a second backend of the Prometheus query API. Off by
+    /// default. `Region` objects still name the lab's Prometheus.
+    pub victoria_metrics: bool,
 }
 
 impl Default for LabOptions {
@@ -68,6 +73,7 @@ impl Default for LabOptions {
             prometheus_binary: PathBuf::from(DEFAULT_PROMETHEUS_BINARY),
             apiserver_args: Vec::new(),
             workload_controllers: false,
+            victoria_metrics: false,
         }
     }
 }
@@ -123,6 +129,7 @@ pub struct Lab {
     hub: ControlPlane,
     regions: Vec<RegionSlot>,
     prometheus: Option<Prometheus>,
+    victoria_metrics: Option<VictoriaMetrics>,
     crds: Vec<String>,
     regions_registered: bool,
 }
@@ -159,6 +166,7 @@ impl Lab {
             hub,
             regions: Vec::new(),
             prometheus: None,
+            victoria_metrics: None,
             crds: Vec::new(),
             regions_registered: false,
         };
@@ -211,6 +219,14 @@ impl Lab {
             &self.root.join("prometheus"),
             &targets,
         )?;
+        if options.victoria_metrics {
+            self.victoria_metrics = Some(VictoriaMetrics::spawn(
+                &self.programs,
+                Path::new(DEFAULT_VICTORIA_METRICS_BINARY),
+                &self.root.join("victoria-metrics"),
+                &targets,
+            )?);
+        }
         self.hub.wait_ready_retrying(&self.programs).await?;
         for slot in &mut self.regions {
             slot.plane.wait_ready_retrying(&self.programs).await?;
@@ -224,6 +240,11 @@ impl Lab {
             .wait_ready_retrying(&self.programs, &self.http)
             .await?;
         self.prometheus = Some(prometheus);
+        if let Some(victoria_metrics) = self.victoria_metrics.as_mut() {
+            victoria_metrics
+                .wait_ready_retrying(&self.programs, &self.http)
+                .await?;
+        }
 
         let hub = self.hub.client(User::Admin)?;
         manifests::apply_path(&hub, &lab_manifests("hub")).await?;
@@ -527,6 +548,12 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// The VictoriaMetrics server's base URL, when the lab runs one
+    /// ([`LabOptions::victoria_metrics`]).
+    pub fn victoria_metrics_url(&self) -> Option<String> {
+        self.victoria_metrics.as_ref().map(VictoriaMetrics::url)
+    }
+
     /// Runs an instant PromQL query against the lab's Prometheus.
     pub async fn query_prometheus(&self, query: &str) -> Result<Vec<Sample>, LabError> {
         prometheus::instant_query(&self.http, &self.prometheus_url(), query).await
@@ -703,6 +730,11 @@ impl Lab {
             }
         }
         pids.extend(self.prometheus.as_ref().and_then(Prometheus::pid));
+        pids.extend(
+            self.victoria_metrics
+                .as_ref()
+                .and_then(VictoriaMetrics::pid),
+        );
         pids
     }
 
@@ -749,7 +781,11 @@ impl Lab {
                 ));
             }
         }
-        out.push_str(&format!("\nPrometheus: {}\n\n", self.prometheus_url()));
+        out.push_str(&format!("\nPrometheus: {}\n", self.prometheus_url()));
+        if let Some(url) = self.victoria_metrics_url() {
+            out.push_str(&format!("VictoriaMetrics: {url}\n"));
+        }
+        out.push('\n');
         if let Ok(path) = self.kubeconfig(HUB, User::Admin) {
             out.push_str(&format!("export KUBECONFIG={}\n", path.display()));
         }
@@ -782,12 +818,18 @@ impl Drop for Lab {
         if let Some(p) = self.prometheus.as_mut() {
             p.request_stop();
         }
+        if let Some(v) = self.victoria_metrics.as_mut() {
+            v.request_stop();
+        }
         self.hub.stop();
         for slot in &mut self.regions {
             slot.plane.stop();
         }
         if let Some(p) = self.prometheus.as_mut() {
             p.stop();
+        }
+        if let Some(v) = self.victoria_metrics.as_mut() {
+            v.stop();
         }
         // Workloads were asked above; dropping their slots reaps them.
         self.regions.clear();

@@ -28,6 +28,7 @@ mod process;
 pub mod procstat;
 pub mod prometheus;
 pub mod proxy;
+pub mod victoria;
 pub mod webdriver;
 mod workload;
 mod workload_controllers;

@@ -229,7 +229,8 @@ pub struct Monitoring {
     pub remote_read: Vec<String>,
 }
 
-fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+/// `"a", "b"`: items quoted for a YAML flow list.
+pub(crate) fn quoted_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     items
         .into_iter()
         .map(|t| format!("{t:?}"))
@@ -270,7 +271,9 @@ fn scrape_config(targets: &[&str], monitoring: &Monitoring) -> String {
     config
 }
 
-fn free_port() -> Result<u16, LabError> {
+/// A loopback port free now (a server started on it may still lose it: see the callers'
+/// port-race retries).
+pub(crate) fn free_port() -> Result<u16, LabError> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| LabError::io("find a free port", e))?;
     let port = listener

@@ -10,9 +10,10 @@
 //! than the controller's settle time after the verification (the longer of the two, not
 //! their sum). The opening is kept in the window's status (`opensAt`), so a controller
 //! restarted with another settle time keeps it. A sample counts only when it was taken on
-//! schedule and the backend evaluated it no earlier than it was due (the window's opening
-//! for the first): an answer evaluated before (a cached answer, a lagging store) is a
-//! query error that says so, never a verdict on the revision.
+//! schedule and the backend evaluated it no earlier than the second it was due (the
+//! window's opening for the first; whole seconds, as VictoriaMetrics stamps a query asked
+//! for "now"): an answer evaluated before (a cached answer, a lagging store) is a query
+//! error that says so, never a verdict on the revision.
 //!
 //! A window passes with `count` successful samples; it fails (closed) with more than
 //! `failureLimit` failed or more than `inconclusiveLimit` inconclusive samples, or with
@@ -24,7 +25,7 @@
 //! counts twice. The status keeps the last [`MAX_SAMPLES_PER_GATE`] samples of a running
 //! or failed window, and only the deciding sample of a passed one.
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 
 use crate::gates::compare::{self, Direction, Rules};
 use crate::gates::{
@@ -652,7 +653,13 @@ fn record_samples<'o>(
         if sample.at < due {
             continue;
         }
-        let stale = sample.evaluated_at.filter(|evaluated| *evaluated < due);
+        // Whole seconds: a backend asked for "now" may evaluate at the current second
+        // rounded down (VictoriaMetrics does, to align with Grafana), and a sample taken in
+        // the second it was due is fresh; a backend a second or more behind is not.
+        let due_second = due.trunc_subsecs(0);
+        let stale = sample
+            .evaluated_at
+            .filter(|evaluated| *evaluated < due_second);
         let error = match (&sample.result, stale) {
             (QueryResult::Error(why), _) => Some(format!("query error: {why}")),
             (_, Some(evaluated)) => Some(format!(

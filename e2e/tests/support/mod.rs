@@ -580,3 +580,36 @@ pub fn sample(exposition: &str, series: &str) -> f64 {
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("no sample {series} in /metrics:\n{exposition}"))
 }
+
+impl World {
+    /// [`World::start_controller_with`] on a loopback probe port, whose default Prometheus
+    /// (`--prometheus-url`, for regions that name none) is `prometheus_url` rather than the
+    /// lab's: the controller refuses the flag given twice.
+    pub fn start_controller_against(
+        &self,
+        identity: &str,
+        prometheus_url: &str,
+        extra: &[&str],
+    ) -> LabChild {
+        let mut args = vec![
+            "--lease-duration",
+            LEASE,
+            "--probe-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--prometheus-url",
+            prometheus_url,
+        ];
+        if !extra
+            .iter()
+            .any(|arg| arg.starts_with("--gate-settle-time"))
+        {
+            args.extend(["--gate-settle-time", LAB_GATE_SETTLE_TIME]);
+        }
+        let args: Vec<OsString> = args.iter().chain(extra).map(OsString::from).collect();
+        self.lab
+            .start_controller(&lab_controller_binary(), identity, &args)
+            .expect("start controller")
+    }
+}
