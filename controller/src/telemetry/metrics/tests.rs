@@ -116,6 +116,11 @@ const CONTRACT: &[(&str, &str, &str)] = &[
         "le",
     ),
     ("configrollout_gate_samples_total", "counter", "verdict"),
+    (
+        "configrollout_gate_dry_run_samples_total",
+        "counter",
+        "verdict",
+    ),
     ("configrollout_writes_dropped_total", "counter", "write"),
     ("configrollout_leader", "gauge", ""),
     ("configrollout_rollouts", "gauge", "phase"),
