@@ -148,6 +148,17 @@ pub enum QueryError {
         /// `error`, bounded to [`MAX_ERROR_CHARS`].
         message: String,
     },
+    /// Prometheus refused or failed a scoped query ([`SampleSource::scoped`]): its
+    /// message may quote labels of series outside the namespace's scope (`found duplicate
+    /// series for the match group {job="x"}`), so only its kind is kept.
+    #[error(
+        "Prometheus error {error_type} (its message is not shown: this namespace's gate \
+         queries are scoped, and it may quote labels of other series)"
+    )]
+    ScopedPrometheus {
+        /// `errorType`, bounded.
+        error_type: String,
+    },
     /// A range sample would ask for more than [`MAX_RANGE_POINTS`] points.
     #[error(
         "the comparison window holds more than {MAX_RANGE_POINTS} steps: lengthen compare.step"
@@ -166,6 +177,24 @@ pub enum QueryError {
     #[error("the query returned a {0} result; gates need an instant vector or scalar")]
     UnsupportedType(String),
 }
+
+impl QueryError {
+    /// The error as the sample from `source` reports it: for a scoped query, Prometheus's
+    /// own message is dropped (see [`QueryError::ScopedPrometheus`]).
+    pub fn for_source(self, source: SampleSource<'_>) -> QueryError {
+        match self {
+            QueryError::Prometheus { error_type, .. } if source.scoped => {
+                QueryError::ScopedPrometheus { error_type }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Why an answer to a scoped query with warnings is not used: the warnings' text, which
+/// may quote labels of other series, is not passed on.
+const SCOPED_PARTIAL: &str = "Prometheus warned that the answer may be incomplete (its \
+                              warning is not shown: this namespace's gate queries are scoped)";
 
 /// The HTTP client gate samples go through: bounded in time, following no redirect, and
 /// trusting only `ca_bundle`'s certificates (PEM) when given, else the system's roots.
@@ -213,26 +242,38 @@ impl PrometheusProvider {
     }
 
     async fn query(&self, source: SampleSource<'_>, query: &str) -> Answer {
-        self.bounded(source, Request::Instant(query))
+        let mut answer = self
+            .bounded(source, Request::Instant(query))
             .await
             .and_then(|body| parse_answer(&body, self.limits))
             .unwrap_or_else(|error| {
                 tracing::debug!(region = source.region.unwrap_or(""), %error, "gate sample not answered");
-                Answer::from(QueryResult::Error(error.to_string()))
-            })
+                Answer::from(QueryResult::Error(error.for_source(source).to_string()))
+            });
+        if source.scoped && matches!(answer.result, QueryResult::Partial(_)) {
+            answer.result = QueryResult::Partial(SCOPED_PARTIAL.to_owned());
+        }
+        answer
     }
 
     async fn query_range(&self, source: SampleSource<'_>, query: &str, span: Span) -> SeriesAnswer {
         if range_points(span) > MAX_RANGE_POINTS {
             return SeriesAnswer::Error(QueryError::TooManyPoints.to_string());
         }
-        self.bounded(source, Request::Range(query, span))
+        let answer = self
+            .bounded(source, Request::Range(query, span))
             .await
             .and_then(|body| parse_series(&body, self.limits))
             .unwrap_or_else(|error| {
                 tracing::debug!(region = source.region.unwrap_or(""), %error, "gate range sample not answered");
-                SeriesAnswer::Error(error.to_string())
-            })
+                SeriesAnswer::Error(error.for_source(source).to_string())
+            });
+        match answer {
+            SeriesAnswer::Partial(_) if source.scoped => {
+                SeriesAnswer::Partial(SCOPED_PARTIAL.to_owned())
+            }
+            answer => answer,
+        }
     }
 
     /// The answer's body, queued behind [`MAX_QUERIES_IN_FLIGHT`] and bounded by

@@ -522,6 +522,7 @@ async fn sample_as_region(url: &str, access: Access<'_>) -> Answer {
                 region: Some("eu-1"),
                 url: Some(url),
                 access,
+                scoped: false,
             },
             "up",
         )
@@ -713,5 +714,80 @@ async fn a_range_of_too_many_points_is_refused_before_asking() {
     assert_eq!(
         answer,
         SeriesAnswer::Error(QueryError::TooManyPoints.to_string())
+    );
+}
+
+/// Prometheus's answer to `up * on(job) group_left up` over two tenants' series.
+const DUPLICATE_SERIES: &str = r#"{"status":"error","errorType":"execution","error":"found duplicate series for the match group {job=\"x\"} on the right hand-side of the operation: [{__name__=\"up\", job=\"x\", namespace=\"tenant-b\"}, {__name__=\"up\", job=\"x\", namespace=\"tenant-a\"}];many-to-many matching not allowed: matching labels must be unique on one side"}"#;
+
+fn scoped() -> SampleSource<'static> {
+    SampleSource {
+        scoped: true,
+        ..SampleSource::default()
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_query_keeps_only_the_kind_of_a_prometheus_error() {
+    let head = json_head(Some(DUPLICATE_SERIES.len() as u64));
+    let (base, _requests) = serve(head, Body::Bytes(DUPLICATE_SERIES)).await;
+    let provider = provider(&base, ResponseLimits::default());
+    let reason = error_text(
+        provider
+            .sample(scoped(), "up * on(job) group_left up")
+            .await,
+    );
+    assert!(reason.starts_with("Prometheus error execution"), "{reason}");
+    for quoted in ["tenant-b", "job=", "namespace=", "duplicate", "{"] {
+        assert!(!reason.contains(quoted), "{quoted} in {reason}");
+    }
+    let range = provider
+        .sample_range(scoped(), "sum(x)", span(4, 2000))
+        .await;
+    let SeriesAnswer::Error(reason) = range else {
+        panic!("expected an error, got {range:?}");
+    };
+    assert!(reason.starts_with("Prometheus error execution"), "{reason}");
+    assert!(!reason.contains("tenant-b"), "{reason}");
+    // Unscoped, the message is kept (bounded), as before.
+    let unscoped = error_text(provider.sample(SampleSource::default(), "up").await);
+    assert!(unscoped.contains("duplicate series"), "{unscoped}");
+}
+
+#[test]
+fn only_a_scoped_source_drops_the_prometheus_message() {
+    let error = || QueryError::Prometheus {
+        error_type: "bad_data".to_owned(),
+        message: "parse error near {namespace=\"tenant-b\"}".to_owned(),
+    };
+    assert_eq!(
+        error().for_source(scoped()),
+        QueryError::ScopedPrometheus {
+            error_type: "bad_data".to_owned()
+        }
+    );
+    assert_eq!(error().for_source(SampleSource::default()), error());
+    assert_eq!(
+        QueryError::Timeout.for_source(scoped()),
+        QueryError::Timeout
+    );
+}
+
+#[tokio::test]
+async fn a_scoped_query_does_not_pass_on_warning_text() {
+    const WARNED: &str = r#"{"status":"success","warnings":["store {namespace=\"tenant-b\"} down"],"data":{"resultType":"scalar","result":[1700000000,"1"]}}"#;
+    let (base, _requests) = serve(json_head(Some(WARNED.len() as u64)), Body::Bytes(WARNED)).await;
+    let provider = provider(&base, ResponseLimits::default());
+    let answer = provider.sample(scoped(), "scalar(x)").await;
+    let QueryResult::Partial(reason) = answer.result else {
+        panic!("expected a partial answer, got {:?}", answer.result);
+    };
+    assert!(!reason.contains("tenant-b"), "{reason}");
+    assert!(reason.contains("incomplete"), "{reason}");
+    let unscoped = provider.sample(SampleSource::default(), "scalar(x)").await;
+    assert!(
+        matches!(&unscoped.result, QueryResult::Partial(reason) if reason.contains("tenant-b")),
+        "{:?}",
+        unscoped.result
     );
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 
 use super::fetch::{Fetched, control};
-use super::region_read::{ObservedRegion, Reader, RegionPrometheus, read_region};
+use super::region_read::{ObservedRegion, QueryScope, Reader, RegionPrometheus, read_region};
 use super::{Context, HubError, MAX_CLOCK_DRIFT};
 use crate::api::annotations::SPEC_AUTHOR_ANNOTATION;
 use crate::api::{ConfigRollout, ConfigRolloutSpec, Region};
@@ -84,9 +84,13 @@ pub async fn observe(
     if !fetched.grant.check(&rollout.spec).is_empty() {
         selected.clear();
     }
+    // Every query of the rollout leaves scoped to its namespace's gate-label-matchers.
+    let queries = QueryScope::of(fetched);
     let observed = futures::future::join_all(fetched.regions.iter().filter_map(|region| {
         let stage = selected.get(region.name_any().as_str())?;
-        Some(read_region(ctx, rollout, region, stage, &reader, current))
+        Some(read_region(
+            ctx, rollout, region, stage, &reader, current, queries,
+        ))
     }))
     .await;
     for region in &observed {
@@ -117,7 +121,7 @@ pub async fn observe(
         }
     };
     let missing_policies = policies.map(|report| report.missing);
-    let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now).await;
+    let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now, queries).await;
     let desired = &validated.desired;
     let stable = status
         .stable_revision
@@ -260,13 +264,15 @@ fn selected_regions(
 }
 
 /// Takes the gate samples due now, each from the Prometheus its region names in the
-/// Regions read by this same reconcile, with the credentials it names.
+/// Regions read by this same reconcile, with the credentials it names, each query scoped
+/// as `queries` says (one that cannot be is a query error, never sent unscoped).
 async fn sample_gates(
     ctx: &Context,
     rollout: &ConfigRollout,
     status: &crate::api::ConfigRolloutStatus,
     regions: &[Region],
     now: DateTime<Utc>,
+    queries: QueryScope<'_>,
 ) -> Vec<GateSampleObservation> {
     let due = engine::gates_due(&rollout.spec, status, now);
     if due.is_empty() {
@@ -298,11 +304,14 @@ async fn sample_gates(
     futures::future::join_all(due.iter().map(|request| async move {
         // Never closed; were it, the sample runs unqueued.
         let _slot = slots.acquire().await.ok();
-        let source = source_in(targets, request.region.as_deref());
+        let source = queries.source(source_in(targets, request.region.as_deref()));
         let (answer, comparison) = match &request.comparison {
-            None => (ctx.gates.sample(source, &request.query).await, None),
+            None => match queries.apply(&request.query) {
+                Ok(query) => (ctx.gates.sample(source, &query).await, None),
+                Err(why) => (crate::gates::QueryResult::Error(why).into(), None),
+            },
             Some(comparison) => {
-                take_comparison(ctx, targets, source, &request.query, comparison).await
+                take_comparison(ctx, targets, source, &request.query, comparison, queries).await
             }
         };
         GateSampleObservation {
@@ -337,7 +346,8 @@ fn source_in<'a>(
 }
 
 /// Both sides of a comparison gate's sample: the canary's range from its region's
-/// Prometheus, each baseline query's from its own region's. Any side that errs or warns
+/// Prometheus, each baseline query's from its own region's, every query scoped as
+/// `queries` says. Any side that errs or warns (or cannot be scoped, and is not sent)
 /// makes the sample a query error or a partial answer, naming the side.
 async fn take_comparison(
     ctx: &Context,
@@ -345,20 +355,44 @@ async fn take_comparison(
     canary_source: SampleSource<'_>,
     canary_query: &str,
     comparison: &engine::ComparisonRequest,
+    queries: QueryScope<'_>,
 ) -> (crate::gates::Answer, Option<engine::ComparisonSample>) {
     use crate::gates::{QueryResult, SeriesAnswer};
+    let canary_region = canary_source.region.unwrap_or_default();
+    // Every side scoped before any is sent: one that cannot be is the sample's error.
+    let canary_query = match queries.apply(canary_query) {
+        Ok(query) => query,
+        Err(why) => {
+            return (
+                QueryResult::Error(format!("canary {canary_region}: {why}")).into(),
+                None,
+            );
+        }
+    };
+    let mut baseline_queries = Vec::with_capacity(comparison.baseline.len());
+    for baseline in &comparison.baseline {
+        match queries.apply(&baseline.query) {
+            Ok(query) => baseline_queries.push(query),
+            Err(why) => {
+                let side = format!("baseline {}", baseline.region);
+                return (QueryResult::Error(format!("{side}: {why}")).into(), None);
+            }
+        }
+    }
     let canary = ctx
         .gates
-        .sample_range(canary_source, canary_query, comparison.canary);
-    let baselines = futures::future::join_all(comparison.baseline.iter().map(|baseline| {
-        ctx.gates.sample_range(
-            source_in(targets, Some(&baseline.region)),
-            &baseline.query,
-            baseline.span,
-        )
-    }));
+        .sample_range(canary_source, &canary_query, comparison.canary);
+    let baselines =
+        futures::future::join_all(comparison.baseline.iter().zip(&baseline_queries).map(
+            |(baseline, query)| {
+                ctx.gates.sample_range(
+                    queries.source(source_in(targets, Some(&baseline.region))),
+                    query,
+                    baseline.span,
+                )
+            },
+        ));
     let (canary, baselines) = futures::future::join(canary, baselines).await;
-    let canary_region = canary_source.region.unwrap_or_default();
     let sides = std::iter::once((format!("canary {canary_region}"), canary)).chain(
         comparison
             .baseline

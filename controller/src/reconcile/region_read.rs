@@ -11,6 +11,7 @@ use super::digest_keys::FORCED_RELOAD_INTERVAL;
 use crate::api::{ConfigRollout, ExpandContract, Region, RevisionStep, TargetRef};
 use crate::crdt::{DigestKey, Stamp};
 use crate::engine::{AppliedRevision, ConsumerObservation, RegionObservation};
+use crate::gates::scope::{Matchers, scope_if};
 use crate::gates::{Access, Credentials, SampleSource, TemplateValues, render};
 use crate::regions::consumers::{self, activated_from, restart_marker};
 use crate::regions::publication::{RevisionState, evidence, restored_removed_keys};
@@ -54,8 +55,60 @@ pub struct Reader<'a> {
     pub stamp_bound_ms: u64,
 }
 
+/// How the gate and activation queries of a rollout leave the controller, from its hub
+/// namespace's grant (`configrollout.dev/gate-label-matchers`).
+#[derive(Clone, Copy, Debug)]
+pub enum QueryScope<'a> {
+    /// As written: the namespace pins no label matchers.
+    AsWritten,
+    /// With the namespace's matchers in every selector; a query that cannot be scoped is
+    /// never sent.
+    Scoped(&'a Matchers),
+    /// Not at all: the namespace's grant could not be read (a malformed annotation), so
+    /// whether its queries must be scoped is not known.
+    Withheld,
+}
+
+impl<'a> QueryScope<'a> {
+    /// The scope the grant fetched with the rollout gives.
+    pub fn of(fetched: &'a super::fetch::Fetched) -> Self {
+        match (&fetched.grant_error, &fetched.grant.gate_scope) {
+            (Some(_), _) => QueryScope::Withheld,
+            (None, Some(matchers)) => QueryScope::Scoped(matchers),
+            (None, None) => QueryScope::AsWritten,
+        }
+    }
+
+    /// `query` as it may be sent, or why it may not (a query error sample's reason).
+    pub fn apply<'q>(self, query: &'q str) -> Result<std::borrow::Cow<'q, str>, String> {
+        match self {
+            QueryScope::AsWritten => Ok(std::borrow::Cow::Borrowed(query)),
+            QueryScope::Scoped(matchers) => scope_if(query, Some(matchers)).map_err(|error| {
+                format!(
+                    "not sent: the query cannot be scoped to the namespace's \
+                     gate-label-matchers: {error}"
+                )
+            }),
+            QueryScope::Withheld => Err(
+                "not sent: the namespace's grant annotations cannot be read, so its gate \
+                 queries' scope is not known"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// `source` for a query sent under this scope.
+    pub fn source<'s>(self, source: SampleSource<'s>) -> SampleSource<'s> {
+        SampleSource {
+            scoped: !matches!(self, QueryScope::AsWritten),
+            ..source
+        }
+    }
+}
+
 /// What one region holds of the rollout's current revision. `stage` is the stage that
-/// covers the region (for `{{stage}}` in activation queries).
+/// covers the region (for `{{stage}}` in activation queries), whose activation queries
+/// are sent under `queries`.
 pub async fn read_region(
     ctx: &Context,
     rollout: &ConfigRollout,
@@ -63,6 +116,7 @@ pub async fn read_region(
     stage: &str,
     reader: &Reader<'_>,
     current: Option<&RevisionState>,
+    queries: QueryScope<'_>,
 ) -> ObservedRegion {
     let target = &rollout.spec.target;
     let mut observation = RegionObservation {
@@ -205,6 +259,7 @@ pub async fn read_region(
                         region: &observation.name,
                         prometheus: &prometheus,
                         stage,
+                        queries,
                     };
                     match consumer_counts(&client, &scope, &revision.name, pass).await {
                         Ok(counts) => observation.consumers = Some(counts),
@@ -422,13 +477,19 @@ async fn consumer_counts(
                     revision,
                     stage: scope.stage,
                 };
-                // The template was checked when the spec was validated.
-                match render(template, &values) {
-                    Ok(query) => {
+                // The template was checked when the spec was validated; a query that may
+                // not be sent (unscopable) counts nobody activated.
+                let rendered = render(template, &values).ok();
+                match rendered.as_deref().map(|query| scope.queries.apply(query)) {
+                    Some(Ok(query)) => {
                         let answer = scope.ctx.gates.sample(scope.source(), &query).await;
                         activated_from(&answer.result, counted.total).unwrap_or(0)
                     }
-                    Err(_) => 0,
+                    Some(Err(why)) => {
+                        tracing::debug!(region = scope.region, %why, "activation query not sent");
+                        0
+                    }
+                    None => 0,
                 }
             }
         };
@@ -453,11 +514,13 @@ struct ConsumerScope<'a> {
     prometheus: &'a RegionPrometheus<'a>,
     /// The stage covering the region.
     stage: &'a str,
+    /// How its activation queries are sent.
+    queries: QueryScope<'a>,
 }
 
 impl ConsumerScope<'_> {
     fn source(&self) -> SampleSource<'_> {
-        self.prometheus.source(self.region)
+        self.queries.source(self.prometheus.source(self.region))
     }
 }
 
@@ -497,6 +560,7 @@ impl<'r> RegionPrometheus<'r> {
                 Some(Ok(credentials)) => Access::With(credentials),
                 Some(Err(why)) => Access::Unusable(why),
             },
+            scoped: false,
         }
     }
 }
@@ -588,5 +652,29 @@ mod tests {
             reported(Some(4)).is_empty(),
             "made after the collection point"
         );
+    }
+
+    #[test]
+    fn queries_leave_scoped_or_not_at_all() {
+        let matchers = Matchers::parse(r#"namespace="tenant-a""#).expect("matchers");
+        let scoped = QueryScope::Scoped(&matchers);
+        assert_eq!(
+            scoped.apply("max(load)").as_deref(),
+            Ok(r#"max(load{namespace="tenant-a"})"#)
+        );
+        let refused = scoped
+            .apply(r#"max(load{namespace="tenant-b"})"#)
+            .expect_err("another tenant's namespace");
+        assert!(refused.starts_with("not sent: "), "{refused}");
+        assert!(refused.contains("label namespace"), "{refused}");
+        assert!(scoped.source(SampleSource::default()).scoped);
+
+        assert_eq!(
+            QueryScope::AsWritten.apply("max(load)").as_deref(),
+            Ok("max(load)")
+        );
+        assert!(!QueryScope::AsWritten.source(SampleSource::default()).scoped);
+        // A grant that cannot be read sends nothing: it may have pinned matchers.
+        assert!(QueryScope::Withheld.apply("max(load)").is_err());
     }
 }

@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use configrollout_api::{ConfigRolloutSpec, NotificationTrigger, Subscription};
 
 use super::validate::SpecError;
+use crate::gates::scope::{Matchers, ScopeError, scope};
+use crate::gates::{TemplateValues, render};
 
 /// Namespace annotation: further namespaces (comma-separated, or `*` for any) that
 /// rollouts of the namespace may target in the regions.
@@ -38,6 +40,13 @@ pub const NOTIFICATION_SINKS: &str = "configrollout.dev/notification-sinks";
 /// platform admin: comma-separated `sink` (every trigger) or `sink=Trigger|Trigger`,
 /// e.g. `audit, oncall=Halted|RolledBack`. A sink named here needs no other grant.
 pub const NOTIFY: &str = "configrollout.dev/notify";
+/// Namespace annotation: label matchers (comma-separated PromQL matchers, e.g.
+/// `namespace="team-a"` or `namespace="team-a", cluster=~"eu-.*"`) that the controller
+/// adds to every selector of every gate and activation query of the namespace's rollouts,
+/// so that they read only those series of a shared Prometheus (see
+/// [`crate::gates::scope`]). A query naming such a label otherwise is refused. Absent:
+/// queries are sent as written.
+pub const GATE_LABEL_MATCHERS: &str = "configrollout.dev/gate-label-matchers";
 /// Most entries an allow-list annotation may hold, so a grant stays cheap to check.
 const MAX_GRANT_ENTRIES: usize = 256;
 /// Most sinks the [`NOTIFY`] annotation may subscribe every rollout to.
@@ -73,6 +82,9 @@ pub struct Grant {
     pub notification_sinks: SinkGrant,
     /// The subscriptions the admin made for every rollout of the namespace.
     pub namespace_subscriptions: Vec<Subscription>,
+    /// The label matchers added to every selector of the rollouts' queries; `None`:
+    /// queries are sent as written.
+    pub gate_scope: Option<Matchers>,
 }
 
 /// The ClusterNotificationSinks a grant lets rollouts subscribe to.
@@ -146,6 +158,12 @@ impl Grant {
         if let Some(text) = annotations.get(NOTIFY) {
             grant.namespace_subscriptions = namespace_subscriptions(text)?;
         }
+        if let Some(text) = annotations.get(GATE_LABEL_MATCHERS) {
+            grant.gate_scope = Some(
+                Matchers::parse(text)
+                    .map_err(|error| annotation_error(GATE_LABEL_MATCHERS, &error.to_string()))?,
+            );
+        }
         if let Some(text) = annotations.get(ALLOW_ADOPTION) {
             grant.adoption = match text.trim() {
                 "true" => true,
@@ -182,8 +200,9 @@ impl Grant {
     }
 
     /// Whether `spec` may be written anywhere: its target namespace, every region a stage
-    /// names and adoption are within the grant. Stages that select regions by label
-    /// select only among the granted regions (see [`super::selection::plan`]).
+    /// names and adoption are within the grant, and every gate and activation query can
+    /// be scoped to the namespace's [`GATE_LABEL_MATCHERS`]. Stages that select regions by
+    /// label select only among the granted regions (see [`super::selection::plan`]).
     pub fn check(&self, spec: &ConfigRolloutSpec) -> Vec<SpecError> {
         let mut errors = Vec::new();
         let target = &spec.target.namespace;
@@ -236,6 +255,33 @@ impl Grant {
                 });
             }
         }
+        if let Some(matchers) = &self.gate_scope {
+            let gates = spec
+                .gates
+                .iter()
+                .enumerate()
+                .map(|(index, gate)| (format!("spec.gates[{index}].query"), &gate.query));
+            let activations = spec
+                .consumers
+                .iter()
+                .enumerate()
+                .filter_map(|(index, consumer)| {
+                    let query = consumer.activation_query.as_ref()?;
+                    Some((format!("spec.consumers[{index}].activationQuery"), query))
+                });
+            for (field, query) in gates.chain(activations) {
+                if let Some(error) = unscopable(query, matchers) {
+                    errors.push(SpecError {
+                        field,
+                        message: format!(
+                            "cannot be scoped to the namespace's gate-label-matchers: {error} \
+                             (annotation {GATE_LABEL_MATCHERS}: {matchers} on Namespace {})",
+                            self.namespace
+                        ),
+                    });
+                }
+            }
+        }
         if spec.target.adopt && !self.adoption {
             errors.push(SpecError {
                 field: "spec.target.adopt".to_owned(),
@@ -248,6 +294,36 @@ impl Grant {
         }
         errors
     }
+}
+
+/// Values a query template is rendered with to be checked (those of
+/// `validate::promql_problem`), and a second set: an error that depends on a placeholder's
+/// value (`cluster="{{region}}"` within `cluster=~"eu-.*"`) is not the template's, and is
+/// decided sample by sample, where an unscopable query is a query error.
+const SAMPLE_VALUES: [TemplateValues<'static>; 2] = [
+    TemplateValues {
+        region: "region-1",
+        revision: "r1",
+        stage: "canary",
+    },
+    TemplateValues {
+        region: "region-2",
+        revision: "r2",
+        stage: "stage-2",
+    },
+];
+
+/// Why the query template `template` cannot be scoped to `matchers` whatever its
+/// placeholders' values, if so. A template that does not render or parse is not reported
+/// here: the spec's own validation names it.
+fn unscopable(template: &str, matchers: &Matchers) -> Option<ScopeError> {
+    let [first, second] = &SAMPLE_VALUES;
+    let error = scope(&render(template, first).ok()?, matchers).err()?;
+    if matches!(error, ScopeError::Unparsable(_)) {
+        return None;
+    }
+    let again = scope(&render(template, second).ok()?, matchers).err();
+    (again.as_ref() == Some(&error)).then_some(error)
 }
 
 /// The subscriptions of a [`NOTIFY`] annotation.
@@ -455,6 +531,9 @@ mod tests {
             (NOTIFY, "audit=,x"),
             (NOTIFY, "audit, audit"),
             (NOTIFY, "*"),
+            (GATE_LABEL_MATCHERS, r#"__name__="up""#),
+            (GATE_LABEL_MATCHERS, r#"namespace=~"(""#),
+            (GATE_LABEL_MATCHERS, ""),
         ] {
             let error = Grant::from_annotations("team-a", &annotations(&[(annotation, value)]))
                 .unwrap_err();
@@ -523,5 +602,95 @@ mod tests {
         // (for other triggers, say); others still may not.
         assert!(grant.check(&subscribing(&["oncall"])).is_empty());
         assert_eq!(grant.check(&subscribing(&["team-slack"])).len(), 1);
+    }
+
+    fn querying(gates: &[&str], activation: Option<&str>) -> ConfigRolloutSpec {
+        let gates: Vec<serde_json::Value> = gates
+            .iter()
+            .enumerate()
+            .map(|(index, query)| {
+                serde_json::json!({
+                    "name": format!("g{index}"), "query": query, "condition": "result < 1",
+                })
+            })
+            .collect();
+        let mut consumers = Vec::new();
+        if let Some(query) = activation {
+            consumers.push(serde_json::json!({
+                "kind": "Deployment", "name": "api", "activationQuery": query,
+            }));
+        }
+        serde_json::from_value(serde_json::json!({
+            "target": {"namespace": "team-a", "name": "limits"},
+            "data": {"rate": "1"},
+            "stages": [{"name": "only", "regions": {"names": ["region-1"]}}],
+            "gates": gates,
+            "consumers": consumers,
+        }))
+        .unwrap()
+    }
+
+    fn scoped_grant(matchers: &str) -> Grant {
+        Grant::from_annotations("team-a", &annotations(&[(GATE_LABEL_MATCHERS, matchers)])).unwrap()
+    }
+
+    #[test]
+    fn the_admin_pins_label_matchers_for_gate_queries() {
+        let grant = scoped_grant(r#"namespace="team-a", cluster=~"eu-.*""#);
+        let pinned = grant.gate_scope.as_ref().unwrap();
+        assert_eq!(
+            pinned.to_string(),
+            r#"namespace="team-a", cluster=~"eu-.*""#
+        );
+        assert_eq!(Grant::own_namespace("team-a").gate_scope, None);
+        // Queries that can be scoped (narrowing, placeholders, no label at all) pass.
+        let spec = querying(
+            &[
+                "sum(rate(errors[5m])) / sum(rate(requests[5m]))",
+                r#"max(load{namespace="team-a", cluster="{{region}}"})"#,
+                "up * on(job) group_left up",
+            ],
+            Some(r#"sum(active{revision="{{revision}}"})"#),
+        );
+        assert!(grant.check(&spec).is_empty(), "{:?}", grant.check(&spec));
+    }
+
+    #[test]
+    fn a_query_that_cannot_be_scoped_is_refused_naming_its_field() {
+        let grant = scoped_grant(r#"namespace="team-a""#);
+        let spec = querying(
+            &["sum(up)", r#"sum(load{namespace="team-b"})"#],
+            Some("info(up)"),
+        );
+        let errors = grant.check(&spec);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.gates[1].query");
+        assert!(
+            errors[0].to_string().starts_with(
+                "spec.gates[1].query: cannot be scoped to the namespace's gate-label-matchers: "
+            ),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].message.contains("label namespace"),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[0].message.contains(GATE_LABEL_MATCHERS),
+            "{}",
+            errors[0]
+        );
+        assert_eq!(errors[1].field, "spec.consumers[0].activationQuery");
+        // Without the annotation the same spec is within the grant.
+        assert!(Grant::own_namespace("team-a").check(&spec).is_empty());
+    }
+
+    #[test]
+    fn an_unparsable_query_is_left_to_validation() {
+        let grant = scoped_grant(r#"namespace="team-a""#);
+        assert!(grant.check(&querying(&["sum("], None)).is_empty());
+        assert!(grant.check(&querying(&["{{nope}}"], None)).is_empty());
     }
 }

@@ -8,6 +8,7 @@
 pub mod compare;
 pub mod condition;
 pub mod provider;
+pub mod scope;
 pub mod template;
 pub mod verdict;
 

@@ -73,6 +73,10 @@ pub struct SampleSource<'a> {
     pub url: Option<&'a str>,
     /// What the region's `spec.prometheus.auth` gave.
     pub access: Access<'a>,
+    /// The query was scoped to its namespace's label matchers
+    /// (`configrollout.dev/gate-label-matchers`): the backend's own error and warning
+    /// texts, which may quote other series' labels, are not passed on, only their kind.
+    pub scoped: bool,
 }
 
 /// The credentials a sample is taken with.

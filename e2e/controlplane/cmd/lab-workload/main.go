@@ -45,6 +45,10 @@
 //	    runs a configuration
 //	configrollout_lab_config_watch_connected{region}      1 while the watch is established
 //	configrollout_lab_config_loads_total{region}          loads so far
+//	configrollout_lab_tenant_load{region,namespace}       1 for namespace="tenant-a",
+//	    1000 for namespace="tenant-b": the series of two tenants sharing the region's
+//	    Prometheus, for gate queries scoped to one of them
+//	    (configrollout.dev/gate-label-matchers)
 //
 // # Control (HTTP, same port)
 //
@@ -261,6 +265,9 @@ func (w *workload) serveMetrics(rw http.ResponseWriter, _ *http.Request) {
 	out.line("configrollout_lab_effective_error_ratio{region=\"%s\"} %g", region, w.effectiveErrorRatioLocked())
 	w.writeConsumerMetrics(out)
 	w.mu.Unlock()
+	out.header("configrollout_lab_tenant_load", "gauge", "A load two tenants' services report in the region, so that tenant-scoped gate queries can be told apart from unscoped ones.")
+	out.line("configrollout_lab_tenant_load{region=\"%s\",namespace=\"tenant-a\"} 1", region)
+	out.line("configrollout_lab_tenant_load{region=\"%s\",namespace=\"tenant-b\"} 1000", region)
 	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(rw, out.String())
 }
