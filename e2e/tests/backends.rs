@@ -9,14 +9,11 @@
 
 mod support;
 
-use configrollout::api::{ConfigRollout, GateSample, GateVerdict, Region, SampleVerdict};
+use configrollout::api::{GateVerdict, Region, SampleVerdict};
 use configrollout_e2e::LabOptions;
 use kube::api::{Api, Patch, PatchParams};
 
 use support::*;
-
-/// A region's error ratio over the last 5 s of 1 s scrapes: one series per region.
-const ERROR_RATIO: &str = "sum(rate(configrollout_lab_errors_total{region=\"{{region}}\"}[5s])) / sum(rate(configrollout_lab_requests_total{region=\"{{region}}\"}[5s]))";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gates_work_on_victoria_metrics() {
@@ -86,74 +83,6 @@ fn threshold_rollout(name: &str) -> String {
 "#
         ),
     )
-}
-
-/// The comparison gate of tests/comparison.rs, and its stages.
-fn compared_rollout(name: &str, data: &str, stages: &str) -> String {
-    rollout_yaml(
-        name,
-        &format!(
-            r#"  onFailure: Halt
-  data: {data}
-  gates:
-    - name: errors
-      query: '{ERROR_RATIO}'
-      interval: 3s
-      count: 2
-      failureLimit: 0
-      compare: {{failOn: Increase, tolerancePercent: 20, window: 10s, step: 1s, minSamples: 8}}
-  stages:
-{stages}"#
-        ),
-    )
-}
-
-/// The samples of `gate` in `region` of `stage`, as the status keeps them.
-fn window_of<'a>(
-    rollout: &'a ConfigRollout,
-    stage: &str,
-    region: &str,
-) -> (Option<GateVerdict>, &'a [GateSample]) {
-    let window = rollout
-        .status
-        .as_ref()
-        .and_then(|status| status.stages.iter().find(|s| s.name == stage))
-        .and_then(|stage| {
-            stage
-                .gates
-                .iter()
-                .find(|gate| gate.region.as_deref() == Some(region))
-        })
-        .unwrap_or_else(|| panic!("no gate window for {region} in stage {stage}"));
-    (window.verdict, &window.samples)
-}
-
-/// Waits until rollout `name` has finished one way or another, and checks it ended in
-/// `phase`; otherwise fails showing its gate windows (metrics, never values).
-async fn ends(world: &World, name: &str, phase: &str) -> ConfigRollout {
-    let rollout = eventually(&format!("{name} finishes"), PROGRESS, || async {
-        let rollout = world.rollout(name).await;
-        matches!(
-            phase_of(&rollout).as_deref(),
-            Some("Complete" | "Halted" | "RolledBack")
-        )
-        .then_some(rollout)
-    })
-    .await;
-    let status = rollout.status.as_ref();
-    assert_eq!(
-        phase_of(&rollout).as_deref(),
-        Some(phase),
-        "{name}: conditions {:?}, stages {}",
-        status.map(|status| &status.conditions),
-        serde_json::to_string_pretty(&status.map(|status| &status.stages)).unwrap_or_default()
-    );
-    rollout
-}
-
-fn number(text: Option<&str>) -> f64 {
-    text.and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| panic!("not a number: {text:?}"))
 }
 
 /// The error ratio of `region` as VictoriaMetrics answers it now.

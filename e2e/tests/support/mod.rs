@@ -4,7 +4,12 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod gates;
 pub mod loopback;
+
+// Not every binary runs gate scenarios.
+#[allow(unused_imports)]
+pub use gates::*;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
