@@ -2,7 +2,7 @@
 //! concurrently), who else writes the target there, whether the admission policies are
 //! installed, and the gate samples due now. Nothing here writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
@@ -17,7 +17,7 @@ use crate::engine::{
     self, ApproverBinding, DesiredRevision, GateSampleObservation, Grant, Observations,
     RevisionAuthors, SourceStamp,
 };
-use crate::gates::SampleSource;
+use crate::gates::{SampleSource, SeriesAnswer, Span};
 use crate::regions::store::Snapshot;
 
 /// The rollout's inputs once validated: who it writes as, and what it declares.
@@ -301,6 +301,7 @@ async fn sample_gates(
     // A few at a time: one rollout's samples do not take every query slot of the
     // controller (`prometheus::MAX_QUERIES_IN_FLIGHT`) from the others.
     let slots = &tokio::sync::Semaphore::new(GATE_QUERIES_PER_RECONCILE);
+    let baselines = &sample_baselines(ctx, targets, &due, queries, slots).await;
     futures::future::join_all(due.iter().map(|request| async move {
         // Never closed; were it, the sample runs unqueued.
         let _slot = slots.acquire().await.ok();
@@ -311,7 +312,7 @@ async fn sample_gates(
                 Err(why) => (crate::gates::QueryResult::Error(why).into(), None),
             },
             Some(comparison) => {
-                take_comparison(ctx, targets, source, &request.query, comparison, queries).await
+                take_comparison(ctx, source, &request.query, comparison, queries, baselines).await
             }
         };
         GateSampleObservation {
@@ -345,60 +346,84 @@ fn source_in<'a>(
     }
 }
 
-/// Both sides of a comparison gate's sample: the canary's range from its region's
-/// Prometheus, each baseline query's from its own region's, every query scoped as
-/// `queries` says. Any side that errs or warns (or cannot be scoped, and is not sent)
-/// makes the sample a query error or a partial answer, naming the side.
-async fn take_comparison(
+/// A baseline side's answer, by the region, rendered query and span it was asked for.
+type BaselineAnswers<'r> = HashMap<(&'r str, &'r str, Span), SeriesAnswer>;
+
+/// Every distinct baseline side of the comparisons due, asked once: the windows of a
+/// stage's regions, due together, share their baseline regions and span, and would
+/// otherwise ask each baseline region once per canary region. Each query is scoped as
+/// `queries` says; one that cannot be is never sent, and is its side's error.
+async fn sample_baselines<'r>(
     ctx: &Context,
     targets: &BTreeMap<&str, RegionPrometheus<'_>>,
+    due: &'r [engine::GateSampleRequest],
+    queries: QueryScope<'_>,
+    slots: &tokio::sync::Semaphore,
+) -> BaselineAnswers<'r> {
+    let mut seen = HashSet::new();
+    let distinct: Vec<&engine::BaselineQuery> = due
+        .iter()
+        .filter_map(|request| request.comparison.as_ref())
+        .flat_map(|comparison| &comparison.baseline)
+        .filter(|baseline| seen.insert((&baseline.region, &baseline.query, baseline.span)))
+        .collect();
+    futures::future::join_all(distinct.into_iter().map(|baseline| async move {
+        // Never closed; were it, the sample runs unqueued.
+        let _slot = slots.acquire().await.ok();
+        let answer = match queries.apply(&baseline.query) {
+            Ok(query) => {
+                let source = queries.source(source_in(targets, Some(&baseline.region)));
+                ctx.gates.sample_range(source, &query, baseline.span).await
+            }
+            Err(why) => SeriesAnswer::Error(why),
+        };
+        (
+            (
+                baseline.region.as_str(),
+                baseline.query.as_str(),
+                baseline.span,
+            ),
+            answer,
+        )
+    }))
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// Both sides of a comparison gate's sample: the canary's range from its region's
+/// Prometheus, each baseline's from `baselines` (asked of its own region's). Every query
+/// is scoped as `queries` says; any side that errs or warns (or cannot be scoped, and is
+/// not sent) makes the sample a query error or a partial answer, naming the side.
+async fn take_comparison(
+    ctx: &Context,
     canary_source: SampleSource<'_>,
     canary_query: &str,
     comparison: &engine::ComparisonRequest,
     queries: QueryScope<'_>,
+    baselines: &BaselineAnswers<'_>,
 ) -> (crate::gates::Answer, Option<engine::ComparisonSample>) {
-    use crate::gates::{QueryResult, SeriesAnswer};
+    use crate::gates::QueryResult;
     let canary_region = canary_source.region.unwrap_or_default();
-    // Every side scoped before any is sent: one that cannot be is the sample's error.
-    let canary_query = match queries.apply(canary_query) {
-        Ok(query) => query,
-        Err(why) => {
-            return (
-                QueryResult::Error(format!("canary {canary_region}: {why}")).into(),
-                None,
-            );
+    let canary = match queries.apply(canary_query) {
+        Ok(query) => {
+            ctx.gates
+                .sample_range(canary_source, &query, comparison.canary)
+                .await
         }
+        Err(why) => SeriesAnswer::Error(why),
     };
-    let mut baseline_queries = Vec::with_capacity(comparison.baseline.len());
-    for baseline in &comparison.baseline {
-        match queries.apply(&baseline.query) {
-            Ok(query) => baseline_queries.push(query),
-            Err(why) => {
-                let side = format!("baseline {}", baseline.region);
-                return (QueryResult::Error(format!("{side}: {why}")).into(), None);
-            }
-        }
-    }
-    let canary = ctx
-        .gates
-        .sample_range(canary_source, &canary_query, comparison.canary);
-    let baselines =
-        futures::future::join_all(comparison.baseline.iter().zip(&baseline_queries).map(
-            |(baseline, query)| {
-                ctx.gates.sample_range(
-                    queries.source(source_in(targets, Some(&baseline.region))),
-                    query,
-                    baseline.span,
-                )
-            },
-        ));
-    let (canary, baselines) = futures::future::join(canary, baselines).await;
+    let missing = || SeriesAnswer::Error("not asked".to_owned());
     let sides = std::iter::once((format!("canary {canary_region}"), canary)).chain(
-        comparison
-            .baseline
-            .iter()
-            .zip(baselines)
-            .map(|(baseline, answer)| (format!("baseline {}", baseline.region), answer)),
+        comparison.baseline.iter().map(|baseline| {
+            let key = (
+                baseline.region.as_str(),
+                baseline.query.as_str(),
+                baseline.span,
+            );
+            let answer = baselines.get(&key).cloned().unwrap_or_else(missing);
+            (format!("baseline {}", baseline.region), answer)
+        }),
     );
     let mut points = engine::ComparisonSample {
         baseline_source: comparison.source.clone(),

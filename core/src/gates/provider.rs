@@ -16,7 +16,7 @@ pub type SampleFuture<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 pub type SeriesFuture<'a> = Pin<Box<dyn Future<Output = SeriesAnswer> + Send + 'a>>;
 
 /// The span of a range sample: points from `start` to `end`, every `step`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Span {
     /// First point.
     pub start: DateTime<Utc>,
