@@ -6,6 +6,7 @@
 //! network are in `controller/README.md`.
 
 pub mod app;
+pub mod job_gate;
 pub mod leader;
 pub mod notifications;
 // A Prometheus answer is a tenant's query's answer: every sum on it is checked.
@@ -15,6 +16,7 @@ pub mod reconcile;
 pub mod shutdown;
 pub mod telemetry;
 pub mod validators;
+pub mod web_gate;
 
 // The layers below, under the names every module here has always used them by.
 pub use configrollout_api as api;

@@ -93,8 +93,9 @@ fn lab_manifests(cluster_kind: &str) -> PathBuf {
 }
 
 /// A file of the product's `deploy/`: the lab's controller user is bound to the roles the
-/// product ships (`deploy/rbac.yaml` in the hub, `deploy/region-rbac.yaml` in each region),
-/// never to broader lab-only ones, so the lab proves that they suffice.
+/// product ships (`deploy/rbac.yaml` in the hub, `deploy/region-rbac.yaml` and
+/// `deploy/region-rbac-job-gates.yaml` in each region), never to broader lab-only ones,
+/// so the lab proves that they suffice.
 fn deploy_manifest(file: &str) -> PathBuf {
     repository_root().join("deploy").join(file)
 }
@@ -271,6 +272,8 @@ impl Lab {
             let client = self.client(name, User::Admin)?;
             manifests::apply_path(&client, &lab_manifests("region")).await?;
             manifests::apply_path(&client, &deploy_manifest("region-rbac.yaml")).await?;
+            // Opt-in in the product, applied in every lab region: job gates run there.
+            manifests::apply_path(&client, &deploy_manifest("region-rbac-job-gates.yaml")).await?;
             self.register_region(name).await?;
         }
         for slot in &mut self.regions {

@@ -29,6 +29,7 @@ pub mod procstat;
 pub mod prometheus;
 pub mod proxy;
 pub mod victoria;
+pub mod web_server;
 pub mod webdriver;
 mod workload;
 mod workload_controllers;
@@ -42,5 +43,6 @@ pub use lab::{
 };
 pub use process::{process_alive, processes_mentioning};
 pub use prometheus::Sample;
+pub use web_server::{SeenRequest, WebServer};
 pub use workload::{ConfigLoad, ConfigSource};
 pub use workload_controllers::{CONTROLLERS, KWOK_NODE_ANNOTATION, fake_node_name};

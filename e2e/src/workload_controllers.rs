@@ -1,6 +1,7 @@
 //! Pods without a kubelet, for one region: upstream kube-controller-manager (only the
-//! workload controllers) and kube-scheduler of the apiserver's release, and KWOK, which
-//! plays the kubelet of one fake Node so that scheduled pods turn Running and Ready.
+//! workload controllers and the job controller) and kube-scheduler of the apiserver's
+//! release, and KWOK, which plays the kubelet of one fake Node so that scheduled pods
+//! turn Running and Ready, and a Job's pods complete (or fail, see `lab-kwok-stages`).
 //!
 //! All three run through `lab-exec`, so they stop with the lab like Prometheus; they talk
 //! to the region only through its admin kubeconfig and serve nothing.
@@ -21,10 +22,13 @@ use crate::manifests::FIELD_MANAGER;
 use crate::process::{LabProcess, STOP_GRACE, log_tail};
 
 /// The controllers kube-controller-manager runs: what Deployments, StatefulSets and
-/// DaemonSets need to get pods, and `serviceaccount-controller` because the apiserver's
+/// DaemonSets need to get pods, `job-controller` for the Jobs of job gates (KWOK's
+/// stages complete their pods), and `serviceaccount-controller` because the apiserver's
 /// ServiceAccount admission refuses pods while their namespace has no `default`
 /// ServiceAccount. No garbage collector: deleting a Deployment leaves its ReplicaSets.
-pub const CONTROLLERS: &str = "deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller,serviceaccount-controller";
+/// No `ttl-after-finished-controller` either: a finished Job stays (its foreground
+/// delete would wait for the garbage collector anyway).
+pub const CONTROLLERS: &str = "deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller,job-controller,serviceaccount-controller";
 
 /// Annotation (and value) of the nodes KWOK manages; it touches no other node.
 pub const KWOK_NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");

@@ -11,6 +11,7 @@ pub mod provider;
 pub mod scope;
 pub mod template;
 pub mod verdict;
+pub mod web;
 
 pub use compare::{Direction, Rules, Side, compare};
 pub use condition::{Comparison, Condition, ConditionError};
@@ -20,3 +21,4 @@ pub use provider::{
 };
 pub use template::{TemplateError, TemplateValues, check_template, render, uses_placeholder};
 pub use verdict::{Answer, Evaluation, InconclusiveReason, Labels, QueryResult, Verdict, evaluate};
+pub use web::{JsonPathQuery, WebGateError};
