@@ -12,6 +12,7 @@ pub mod conditions;
 mod config_schema;
 mod config_validator;
 pub mod duration;
+mod gate_template;
 mod notification_sink;
 mod region;
 mod rollout;
@@ -26,6 +27,7 @@ pub use duration::{
     Ceiling, DEADLINE_CEILING, DURATION_PATTERN, DurationError, GATE_INTERVAL_CEILING,
     GATE_INTERVAL_FLOOR, INITIAL_DELAY_CEILING, LONGEST_CEILING, PAUSE_CEILING, parse_duration,
 };
+pub use gate_template::*;
 pub use notification_sink::*;
 pub use region::*;
 pub use rollout::*;
@@ -70,6 +72,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterConfigSchema::crd(),
         ClusterConfigValidator::crd(),
         ClusterNotificationSink::crd(),
+        GateTemplate::crd(),
+        ClusterGateTemplate::crd(),
     ]
 }
 

@@ -223,6 +223,21 @@ fn full_status_round_trips() {
         collection_waits_for: None,
         collection_keeps: None,
         authors_counted: None,
+        gate_templates: vec![configrollout_api::GateTemplateUse {
+            gate: "errors".into(),
+            template: "ClusterGateTemplate error-ratio".into(),
+            generation: 3,
+            revision: "r3".into(),
+            stage: "europe".into(),
+            check: configrollout_api::GateCheck {
+                prometheus: Some(configrollout_api::PrometheusCheck {
+                    query: "sum(rate(errors{region=\"{{region}}\"}[5m]))".into(),
+                    condition: "result < 0.01".into(),
+                    compare: None,
+                }),
+                ..Default::default()
+            },
+        }],
         written_by: Some(configrollout_api::ShardWriter {
             shard: 2,
             shards: 4,

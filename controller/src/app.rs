@@ -206,6 +206,7 @@ pub async fn run(options: Options) -> Result<(), AppError> {
             options.prometheus_url.clone(),
             options.prometheus_limits(),
         )),
+        web_gates: crate::web_gate::WebGateClient::new(crate::web_gate::WebLimits::default()),
         events: EventPublisher::new(hub.clone(), CONTROLLER_NAME),
         fence,
         backoff: Default::default(),

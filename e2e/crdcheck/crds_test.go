@@ -14,8 +14,8 @@ func loadCRDs(t *testing.T) map[string]CRD {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 8 {
-		t.Fatalf("want 8 CRDs in %s, found %d", crdDir, len(crds))
+	if len(crds) != 10 {
+		t.Fatalf("want 10 CRDs in %s, found %d", crdDir, len(crds))
 	}
 	byKind := map[string]CRD{}
 	for _, crd := range crds {

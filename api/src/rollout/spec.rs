@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::ConfigRolloutStatus;
 use crate::schema::{self, Rule};
 use crate::{
-    CONTRACT_STAGE, DEADLINE_CEILING, GATE_INTERVAL_CEILING, GATE_INTERVAL_FLOOR,
-    INITIAL_DELAY_CEILING, PAUSE_CEILING,
+    CONTRACT_STAGE, DEADLINE_CEILING, GATE_INTERVAL_CEILING, GATE_INTERVAL_FLOOR, GateTemplateRef,
+    INITIAL_DELAY_CEILING, JobCheck, PAUSE_CEILING, WebCheck,
 };
 
 /// Most stages a rollout may declare; bounds the cost of the uniqueness rules.
@@ -424,10 +424,17 @@ pub struct Gate {
     #[schemars(transform = schema::dns_label("spec.gates[].name"))]
     pub name: String,
     /// PromQL; `{{region}}`, `{{revision}}` and `{{stage}}` are replaced before querying.
+    /// Set exactly one of `query` and `template`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1), transform = schema::multiline_text(MAX_QUERY_LENGTH))]
     pub query: String,
-    /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`. Set
-    /// exactly one of `condition` and `compare`.
+    /// Use a GateTemplate or ClusterGateTemplate instead of a query: the template says
+    /// how a sample is taken and judged, the gate passes its args and keeps the sampling
+    /// knobs below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<GateTemplateRef>,
+    /// When a sample is successful, e.g. `result < 0.01`, `all(result < 0.01)`. With a
+    /// `query`, set exactly one of `condition` and `compare`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1), transform = schema::multiline_text(MAX_CONDITION_LENGTH))]
     pub condition: String,
@@ -474,6 +481,20 @@ pub struct Gate {
     /// longer than its other gates take).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// A template gate's web or job check, resolved by the controller from the
+    /// template (never read from the API: only a platform's template defines one).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub probe: Option<ResolvedProbe>,
+}
+
+/// The check of a template gate that is not a query, with its args substituted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResolvedProbe {
+    /// An HTTP endpoint read with a JSONPath.
+    Web(WebCheck),
+    /// A Job run in the region.
+    Job(JobCheck),
 }
 
 fn gate_rules(schema: &mut Schema) {
@@ -481,12 +502,19 @@ fn gate_rules(schema: &mut Schema) {
         schema,
         &[
             Rule::new(
-                "has(self.condition) != has(self.compare)",
-                "spec.gates[]: set exactly one of condition and compare",
+                "has(self.query) != has(self.template)",
+                "spec.gates[]: set exactly one of query and template",
             )
             .reason("FieldValueRequired"),
             Rule::new(
-                "!has(self.compare) || self.query.contains('{{region}}')",
+                "has(self.template) ? !has(self.condition) && !has(self.compare) : \
+                 has(self.condition) != has(self.compare)",
+                "spec.gates[]: set exactly one of condition and compare with a query; neither \
+                 with a template (its template judges)",
+            )
+            .reason("FieldValueRequired"),
+            Rule::new(
+                "!has(self.compare) || !has(self.query) || self.query.contains('{{region}}')",
                 "spec.gates[].compare: the query must use {{region}}, so that it can be asked of \
                  the regions not yet updated",
             )

@@ -85,6 +85,12 @@ pub struct ConfigRolloutStatus {
     /// they may be another team's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collection_keeps: Option<CollectionKeeps>,
+    /// The templates the gates use, one entry per template gate, as the windows of
+    /// `stage` opened with it: a template changed since applies from the next stage's
+    /// windows, which record its new generation here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = gate_template_uses)]
+    pub gate_templates: Vec<GateTemplateUse>,
     /// Standard conditions: Progressing, AwaitingApproval, Paused, Halted, RolledBack,
     /// Complete, Drifted, InvalidSpec, AdmissionPolicies, ReconcileFailed; and kstatus's
     /// Ready (True once Complete), Reconciling and Stalled (abnormal-true), which Flux, kpt
@@ -99,6 +105,35 @@ pub struct ConfigRolloutStatus {
     /// Notices due to the subscribed sinks, and how far each sink was delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifications: Option<crate::NotificationStatus>,
+}
+
+/// The template a gate's open windows use, as it was when they opened.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateTemplateUse {
+    /// The gate (`spec.gates[].name`).
+    pub gate: String,
+    /// The template: `ClusterGateTemplate error-ratio`, `GateTemplate team-a/latency`.
+    pub template: String,
+    /// Its `metadata.generation` when the windows opened.
+    pub generation: i64,
+    /// The revision whose windows opened with it.
+    pub revision: String,
+    /// The stage whose windows opened with it.
+    pub stage: String,
+    /// The check as sampled: the template's, its args substituted (the platform's
+    /// endpoints and Jobs; never a Secret's value, only its name).
+    pub check: crate::GateCheck,
+}
+
+fn gate_template_uses(schema: &mut schemars::Schema) {
+    schema::set(schema, "maxItems", crate::MAX_GATES);
+    schema::set(schema, "x-kubernetes-list-type", "map");
+    schema::set(
+        schema,
+        "x-kubernetes-list-map-keys",
+        serde_json::json!(["gate"]),
+    );
 }
 
 /// The writer of a sharded controller's status write.

@@ -15,8 +15,8 @@ use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{
-    ClusterConfigSchema, ClusterConfigValidator, ConfigRollout, ConfigSchema, Region,
-    StageApproval, TargetClaim, conditions,
+    ClusterConfigSchema, ClusterConfigValidator, ClusterGateTemplate, ConfigRollout, ConfigSchema,
+    GateTemplate, Region, StageApproval, TargetClaim, conditions,
 };
 use crate::leader::LeaderState;
 use crate::reconcile::hub_cache::HubStores;
@@ -164,6 +164,8 @@ async fn run_controller(
     // rather than at their next idle requeue.
     let schemas: Api<PartialObjectMeta<ConfigSchema>> = Api::all(watch_hub.clone());
     let cluster_schemas: Api<PartialObjectMeta<ClusterConfigSchema>> = Api::all(watch_hub.clone());
+    let gate_templates: Api<GateTemplate> = Api::all(watch_hub.clone());
+    let cluster_gate_templates: Api<ClusterGateTemplate> = Api::all(watch_hub.clone());
     let validators: Api<PartialObjectMeta<ClusterConfigValidator>> = Api::all(watch_hub);
     let controller = Controller::new(rollouts, watcher::Config::default()).with_config(
         kube::runtime::controller::Config::default()
@@ -179,6 +181,8 @@ async fn run_controller(
     let (namespace_store, namespace_writer) = reflector::store();
     let (revision_store, revision_writer) = reflector::store();
     let (claim_store, claim_writer) = reflector::store();
+    let (gate_template_store, gate_template_writer) = reflector::store();
+    let (cluster_gate_template_store, cluster_gate_template_writer) = reflector::store();
     // The census metrics count these caches at each scrape, while the controller runs:
     // a deleted rollout or Region leaves them with the watch's delete.
     let _census = ctx
@@ -191,10 +195,25 @@ async fn run_controller(
         revisions: revision_store,
         claims: claim_store,
         rollouts: cache.clone(),
+        gate_templates: gate_template_store,
+        cluster_gate_templates: cluster_gate_template_store,
     });
     // A change of a claim (an owner released a key, or was deleted) wakes every rollout
     // that waits for one of its keys.
     let claims = cached_watch(claim_writer, claims, watcher::Config::default());
+    // A template a refused rollout names appeared or changed: it is resolved again now.
+    // Rollouts that sample one read it at their next reconcile (a change applies from
+    // their next gate windows), so nothing else is woken.
+    let gate_templates = cached_watch(
+        gate_template_writer,
+        gate_templates,
+        watcher::Config::default(),
+    );
+    let cluster_gate_templates = cached_watch(
+        cluster_gate_template_writer,
+        cluster_gate_templates,
+        watcher::Config::default(),
+    );
     let approvals = cached_watch(approval_writer, approvals, watcher::Config::default());
     let regions = cached_watch(region_writer, regions, watcher::Config::default());
     // Namespaces trigger nothing: a grant is read at the rollout's next reconcile, as
@@ -233,6 +252,23 @@ async fn run_controller(
         })
         .watches_stream(namespaces, |_| Vec::new())
         .watches_stream(claims, |claim| triggers::rollouts_claiming(&claim))
+        .watches_stream(gate_templates, {
+            let cache = cache.clone();
+            move |template| {
+                let namespace = template.namespace().unwrap_or_default();
+                triggers::rollouts_refused_for_template(
+                    &cache.state(),
+                    Some(&namespace),
+                    &template.name_any(),
+                )
+            }
+        })
+        .watches_stream(cluster_gate_templates, {
+            let cache = cache.clone();
+            move |template| {
+                triggers::rollouts_refused_for_template(&cache.state(), None, &template.name_any())
+            }
+        })
         .watches_stream(revisions, |_| Vec::new())
         // A rotated key: every rollout reads its regions now, signing their states with
         // it, rather than at its next idle requeue.

@@ -39,6 +39,8 @@ pub struct Fetched {
     pub store: RevisionStore,
     /// The stored revisions, by name.
     pub revisions: BTreeMap<String, RevisionState>,
+    /// The template gates as their templates are now.
+    pub gate_templates: crate::engine::gate_templates::Resolution,
 }
 
 /// Reads the rollout's inputs, concurrently, and moves the clock past every stored
@@ -57,6 +59,9 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
     for revision in revisions.values() {
         ctx.observe_stamp(&revision.stamp);
     }
+    let templates = cached.gate_templates(&namespace, &rollout.spec).await?;
+    let gate_templates =
+        crate::engine::gate_templates::resolve(&rollout.spec, &namespace, &templates);
     Ok(Fetched {
         grant,
         grant_error,
@@ -66,6 +71,7 @@ pub async fn fetch(ctx: &Context, rollout: &ConfigRollout) -> Result<Fetched, Hu
         approvals,
         store,
         revisions,
+        gate_templates,
     })
 }
 

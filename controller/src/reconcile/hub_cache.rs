@@ -18,7 +18,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::HubError;
 use super::revision_cache::DecodedRevisions;
 use super::revision_store::{RevisionIndex, RevisionStore};
-use crate::api::{ConfigRollout, Region, StageApproval, TargetClaim};
+use crate::api::{
+    ClusterGateTemplate, ConfigRollout, GateTemplate, Region, StageApproval, TargetClaim,
+};
+use crate::engine::gate_templates::{TemplateKey, TemplateObject, Templates};
 
 /// How long a reconcile waits for the caches' first list before it fails (and is retried).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,6 +41,10 @@ pub struct HubStores {
     pub claims: Store<TargetClaim>,
     /// Every ConfigRollout (the controller's own cache): whether a claimant still exists.
     pub rollouts: Store<ConfigRollout>,
+    /// Every GateTemplate.
+    pub gate_templates: Store<GateTemplate>,
+    /// Every ClusterGateTemplate.
+    pub cluster_gate_templates: Store<ClusterGateTemplate>,
 }
 
 impl HubStores {
@@ -57,6 +64,53 @@ impl HubStores {
             && revisions.is_ok()
             && claims.is_ok()
             && rollouts.is_ok()
+    }
+
+    /// The templates `spec` names (a GateTemplate in `namespace`), as the watches have
+    /// them: waits for their first list only here, so that a hub without the template
+    /// CRDs (an upgrade that skipped them) stops only the rollouts that use templates.
+    pub async fn gate_templates(
+        &self,
+        namespace: &str,
+        spec: &crate::api::ConfigRolloutSpec,
+    ) -> Result<Templates, HubError> {
+        let named = crate::engine::gate_templates::named_templates(spec);
+        let mut templates = Templates::new();
+        if named.is_empty() {
+            return Ok(templates);
+        }
+        let ready = async {
+            let (namespaced, cluster) = futures::join!(
+                self.gate_templates.wait_until_ready(),
+                self.cluster_gate_templates.wait_until_ready(),
+            );
+            namespaced.is_ok() && cluster.is_ok()
+        };
+        if !matches!(tokio::time::timeout(READY_TIMEOUT, ready).await, Ok(true)) {
+            return Err(HubError::CacheNotReady);
+        }
+        for (key, name) in named {
+            let found = match key {
+                TemplateKey::Namespaced => self
+                    .gate_templates
+                    .get(&ObjectRef::new(&name).within(namespace))
+                    .map(|template| (template.metadata.generation, template.spec.clone())),
+                TemplateKey::Cluster => self
+                    .cluster_gate_templates
+                    .get(&ObjectRef::new(&name))
+                    .map(|template| (template.metadata.generation, template.spec.template.clone())),
+            };
+            if let Some((generation, spec)) = found {
+                templates.insert(
+                    (key, name),
+                    TemplateObject {
+                        generation: generation.unwrap_or_default(),
+                        spec,
+                    },
+                );
+            }
+        }
+        Ok(templates)
     }
 
     /// The StageApprovals of `namespace` naming the rollout `rollout`.

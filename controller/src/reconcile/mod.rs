@@ -18,6 +18,7 @@ pub mod held_status;
 pub mod hub_cache;
 mod notices;
 pub mod observe;
+mod probes;
 mod region_read;
 pub mod region_status;
 pub mod status_writer;
@@ -90,6 +91,8 @@ pub struct Context {
     pub adopt_writer: WriterId,
     /// Where gate samples are taken.
     pub gates: Arc<dyn GateProvider>,
+    /// Where web gates' samples are taken.
+    pub web_gates: crate::web_gate::WebGateClient,
     /// Events on rollouts.
     pub events: events::EventPublisher,
     /// The check every write passes: this replica holds the Lease of the rollout's shard
@@ -273,8 +276,19 @@ async fn run_steps(
     let mut fetched = fetch::fetch(ctx, rollout)
         .await
         .map_err(ReconcileError::Fetch)?;
+    // From here on the rollout's template gates are what they sample (see
+    // `engine::gate_templates`); `stored` keeps the spec as written.
+    let resolved = with_effective_gates(rollout, rollout.status.as_ref(), &fetched);
+    let template_errors = resolved
+        .as_ref()
+        .map(|(_, errors)| errors.clone())
+        .unwrap_or_default();
+    let rollout = resolved.as_ref().map_or(rollout, |(resolved, _)| resolved);
     let mut validated = validate(rollout, &fetched, now, ctx.min_gate_interval)
         .map_err(ReconcileError::Validate)?;
+    validated
+        .spec_errors
+        .extend(template_errors.iter().map(ToString::to_string));
     // A candidate's values are checked once the spec is sound, before anything is
     // claimed or written.
     if validated.spec_errors.is_empty()
@@ -337,7 +351,8 @@ async fn run_steps(
         if !again {
             break round;
         }
-        let mut next = rollout.clone();
+        let mut next = with_effective_gates(stored, Some(&round.status), &fetched)
+            .map_or_else(|| rollout.clone(), |(next, _)| next);
         next.status = Some(round.status);
         observed = std::borrow::Cow::Owned(next);
         now = Utc::now();
@@ -439,7 +454,8 @@ async fn one_round(
         .await
         .map_err(ReconcileError::Observe)?;
     let previous = observed.status.clone().unwrap_or_default();
-    let decision = engine::decide(&rollout.spec, previous.clone(), &observations, now);
+    // `observed` carries the gates as the windows of its status sample them.
+    let decision = engine::decide(&observed.spec, previous.clone(), &observations, now);
     record.samples_judged.add(&decision.samples_judged);
     record
         .dry_run_samples_judged
@@ -484,6 +500,33 @@ async fn one_round(
         outcome: round_report.outcome,
         requeue_after: decision.requeue_after,
     })
+}
+
+/// `rollout` with its template gates replaced by what they sample as of `status` (the
+/// check their sampling windows recorded, or their template's now), and the errors of
+/// those that cannot be resolved; `None` for a rollout without template gates.
+fn with_effective_gates(
+    rollout: &ConfigRollout,
+    status: Option<&crate::api::ConfigRolloutStatus>,
+    fetched: &Fetched,
+) -> Option<(ConfigRollout, Vec<engine::SpecError>)> {
+    if rollout
+        .spec
+        .gates
+        .iter()
+        .all(|gate| gate.template.is_none())
+    {
+        return None;
+    }
+    let mut resolved = rollout.clone();
+    let empty = crate::api::ConfigRolloutStatus::default();
+    let (spec, errors) = engine::gate_templates::effective_spec(
+        &rollout.spec,
+        status.unwrap_or(&empty),
+        &fetched.gate_templates,
+    );
+    resolved.spec = spec;
+    Some((resolved, errors))
 }
 
 /// The key a rollout's retry backoff is counted under.

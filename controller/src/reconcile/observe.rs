@@ -121,7 +121,8 @@ pub async fn observe(
         }
     };
     let missing_policies = policies.map(|report| report.missing);
-    let gate_samples = sample_gates(ctx, rollout, &status, &fetched.regions, now, queries).await;
+    let (gate_samples, pending_samples) =
+        sample_gates(ctx, rollout, &status, &fetched.regions, now, queries).await;
     let desired = &validated.desired;
     let stable = status
         .stable_revision
@@ -160,6 +161,8 @@ pub async fn observe(
         fresh_stamp: ctx.fresh_stamp(&validated.writer).to_string(),
         regions,
         gate_samples,
+        pending_samples,
+        gate_templates: fetched.gate_templates.current.clone(),
         approvals: fetched.approvals.clone(),
         control: control(rollout),
         spec_errors: validated.spec_errors.clone(),
@@ -273,10 +276,10 @@ async fn sample_gates(
     regions: &[Region],
     now: DateTime<Utc>,
     queries: QueryScope<'_>,
-) -> Vec<GateSampleObservation> {
+) -> (Vec<GateSampleObservation>, Vec<engine::PendingSample>) {
     let due = engine::gates_due(&rollout.spec, status, now);
     if due.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     // Each region's Prometheus once, however many of its gates (or comparisons) are due.
     let mut targets: BTreeMap<&str, RegionPrometheus<'_>> = BTreeMap::new();
@@ -302,20 +305,33 @@ async fn sample_gates(
     // controller (`prometheus::MAX_QUERIES_IN_FLIGHT`) from the others.
     let slots = &tokio::sync::Semaphore::new(GATE_QUERIES_PER_RECONCILE);
     let baselines = &sample_baselines(ctx, targets, &due, queries, slots).await;
-    futures::future::join_all(due.iter().map(|request| async move {
+    // Ok: the sample; Err: a sample started that has no answer yet.
+    let samples = futures::future::join_all(due.iter().map(|request| async move {
         // Never closed; were it, the sample runs unqueued.
         let _slot = slots.acquire().await.ok();
         let source = queries.source(source_in(targets, request.region.as_deref()));
-        let (answer, comparison) = match &request.comparison {
-            None => match queries.apply(&request.query) {
+        let (answer, comparison) = match (&request.probe, &request.comparison) {
+            (Some(probe), _) => {
+                match super::probes::take(ctx, rollout, regions, request, probe).await {
+                    super::probes::ProbeAnswer::Answered(answer) => (answer, None),
+                    super::probes::ProbeAnswer::Pending => {
+                        return Err(engine::PendingSample {
+                            gate: request.gate.clone(),
+                            stage: request.stage.clone(),
+                            region: request.region.clone(),
+                        });
+                    }
+                }
+            }
+            (None, None) => match queries.apply(&request.query) {
                 Ok(query) => (ctx.gates.sample(source, &query).await, None),
                 Err(why) => (crate::gates::QueryResult::Error(why).into(), None),
             },
-            Some(comparison) => {
+            (None, Some(comparison)) => {
                 take_comparison(ctx, source, &request.query, comparison, queries, baselines).await
             }
         };
-        GateSampleObservation {
+        Ok(GateSampleObservation {
             gate: request.gate.clone(),
             stage: request.stage.clone(),
             revision: request.revision.clone(),
@@ -324,9 +340,18 @@ async fn sample_gates(
             evaluated_at: answer.evaluated_at,
             result: answer.result,
             comparison,
-        }
+        })
     }))
-    .await
+    .await;
+    let mut answered = Vec::new();
+    let mut pending = Vec::new();
+    for sample in samples {
+        match sample {
+            Ok(sample) => answered.push(sample),
+            Err(running) => pending.push(running),
+        }
+    }
+    (answered, pending)
 }
 
 /// Where a sample of `region` (the default backend for none) is taken.

@@ -148,6 +148,36 @@ pub fn rollouts_refused_by_values(
         .collect()
 }
 
+/// The rollouts refused (`InvalidSpec`) that name the template `name`: a
+/// ClusterGateTemplate (`namespace` None) or a GateTemplate of `namespace`.
+pub fn rollouts_refused_for_template(
+    rollouts: &[Arc<ConfigRollout>],
+    namespace: Option<&str>,
+    name: &str,
+) -> Vec<ObjectRef<ConfigRollout>> {
+    let kind = match namespace {
+        Some(_) => crate::api::GateTemplateKind::GateTemplate,
+        None => crate::api::GateTemplateKind::ClusterGateTemplate,
+    };
+    rollouts
+        .iter()
+        .filter(|rollout| {
+            namespace.is_none_or(|namespace| rollout.namespace().as_deref() == Some(namespace))
+                && rollout.spec.gates.iter().any(|gate| {
+                    gate.template
+                        .as_ref()
+                        .is_some_and(|template| template.kind == kind && template.name == name)
+                })
+                && rollout.status.as_ref().is_some_and(|status| {
+                    status
+                        .true_condition(crate::api::conditions::INVALID_SPEC)
+                        .is_some()
+                })
+        })
+        .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,7 +47,7 @@ const FAILED_VERDICT_RETRY: Duration = Duration::from_secs(15);
 /// external validators' verdicts by candidate.
 pub struct ValueChecks {
     /// Where the validators' HMAC Secrets live (the controller's namespace).
-    controller_namespace: String,
+    pub(crate) controller_namespace: String,
     compiled: Mutex<HashMap<(String, i64), Arc<CompiledSchema>>>,
     verdicts: Mutex<HashMap<VerdictKey, (CachedVerdict, Instant)>>,
 }

@@ -28,14 +28,16 @@
 use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 
 use crate::gates::compare::{self, Direction, Rules};
-use crate::gates::{
-    Condition, QueryResult, Span, TemplateValues, Verdict, evaluate, render, uses_placeholder,
-};
+use crate::gates::{Condition, QueryResult, Span, TemplateValues, Verdict, evaluate, render};
 use configrollout_api::{
     ChangeDirection, ComparisonSide, ConfigRolloutSpec, ConfigRolloutStatus, Delivery, Gate,
-    GateComparison, GateSample, GateStatus, GateVerdict, RolloutPhase, SampleComparison,
-    SampleVerdict, StageState,
+    GateComparison, GateSample, GateStatus, GateVerdict, JobCheck, ResolvedProbe, RolloutPhase,
+    SampleComparison, SampleVerdict, StageState, WebCheck,
 };
+
+use super::gate_templates::samples_per_region;
+use crate::gates::job::walk_strings;
+use crate::gates::template::{escape_json_string, escape_url_component, render_with};
 
 use super::clock::{after, from_time, spec_duration, to_time};
 use super::observations::{ComparisonSample, GateSampleObservation};
@@ -72,6 +74,20 @@ pub struct GateSampleRequest {
     pub query: String,
     /// For a comparison gate: the spans of both sides. `query` is then the canary's.
     pub comparison: Option<ComparisonRequest>,
+    /// When the sample was due: a Job started for it is named after it, so that every
+    /// reconcile until its answer is recorded finds the same Job.
+    pub due: DateTime<Utc>,
+    /// A template gate's web or job check, its placeholders rendered; `None`: `query`.
+    pub probe: Option<ProbeRequest>,
+}
+
+/// A sample that is not a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeRequest {
+    /// GET or POST the endpoint and read the JSONPath of its answer.
+    Web(WebCheck),
+    /// Run the Job in the region; its success is the sample.
+    Job(JobCheck),
 }
 
 /// A comparison gate's sample: the canary region's points over `canary`, against the
@@ -147,8 +163,21 @@ pub fn gates_due(
                 revision,
                 stage: &stage.name,
             };
-            let Ok(query) = render(&gate.query, &values) else {
-                continue;
+            let due_at = schedule.next_sample_at(window);
+            let probe = match &gate.probe {
+                None => None,
+                Some(probe) => match render_probe(probe, &values) {
+                    Some(probe) => Some(probe),
+                    None => continue,
+                },
+            };
+            let query = if probe.is_some() {
+                String::new()
+            } else {
+                let Ok(query) = render(&gate.query, &values) else {
+                    continue;
+                };
+                query
             };
             let comparison = match (&gate.compare, window.region.as_deref()) {
                 (None, _) => None,
@@ -166,10 +195,46 @@ pub fn gates_due(
                 region: window.region.clone(),
                 query,
                 comparison,
+                due: due_at,
+                probe,
             });
         }
     }
     due
+}
+
+/// A web or job check with `{{region}}`, `{{revision}}` and `{{stage}}` rendered, each
+/// escaped for where it lands; `None` when a placeholder is unknown (refused by
+/// validation before any window opens).
+fn render_probe(probe: &ResolvedProbe, values: &TemplateValues<'_>) -> Option<ProbeRequest> {
+    let as_is = |raw: &str| raw.to_owned();
+    match probe {
+        ResolvedProbe::Web(web) => {
+            let mut web = web.clone();
+            web.url = render_with(&web.url, values, escape_url_component).ok()?;
+            if let Some(body) = &web.body {
+                web.body = Some(render_with(body, values, escape_json_string).ok()?);
+            }
+            for header in &mut web.headers {
+                if let Some(value) = &header.value {
+                    header.value = Some(render_with(value, values, as_is).ok()?);
+                }
+            }
+            Some(ProbeRequest::Web(web))
+        }
+        ResolvedProbe::Job(job) => {
+            let mut job = job.clone();
+            let mut failed = false;
+            walk_strings(
+                &mut job.template,
+                &mut |text| match render_with(text, values, as_is) {
+                    Ok(rendered) => *text = rendered,
+                    Err(_) => failed = true,
+                },
+            );
+            (!failed).then_some(ProbeRequest::Job(job))
+        }
+    }
 }
 
 /// Most baseline regions a comparison names in its status before "and N more".
@@ -389,7 +454,7 @@ pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
             opens_at: opens_at.clone(),
             ..GateStatus::default()
         };
-        if uses_placeholder(&gate.query, "region") {
+        if samples_per_region(gate) {
             windows.extend(
                 regions
                     .iter()
@@ -400,6 +465,20 @@ pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
         }
     }
     draft.status.stages[index].gates = windows;
+    if let Some(revision) = draft.status.revision.clone() {
+        let stage_name = draft.spec.stages[index].name.clone();
+        let changes = super::gate_templates::record_uses(
+            &mut draft.status,
+            &draft.spec.gates,
+            &draft.spec.stages[index].gates,
+            &draft.obs.gate_templates,
+            &revision,
+            &stage_name,
+        );
+        for change in changes {
+            draft.event(super::EventType::Normal, "GateTemplateChanged", change);
+        }
+    }
 }
 
 /// Which of a stage's windows a judgement looks at.
@@ -494,7 +573,8 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize, which: Windows) -> Stag
         }
         if window.dry_run {
             if window.verdict == Some(GateVerdict::Running) {
-                let due = schedule.next_sample_at(window);
+                let due = pending_recheck(draft.obs, &stage_name, window, draft.now)
+                    .unwrap_or_else(|| schedule.next_sample_at(window));
                 next_due = Some(next_due.map_or(due, |current| current.min(due)));
             }
             continue;
@@ -507,7 +587,8 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize, which: Windows) -> Stag
             }
             _ => {
                 all_passed = false;
-                let due = schedule.next_sample_at(window);
+                let due = pending_recheck(draft.obs, &stage_name, window, draft.now)
+                    .unwrap_or_else(|| schedule.next_sample_at(window));
                 next_due = Some(next_due.map_or(due, |current| current.min(due)));
             }
         }
@@ -523,6 +604,26 @@ pub(super) fn judge(draft: &mut Draft<'_>, index: usize, which: Windows) -> Stag
         return StageGates::Passed;
     }
     StageGates::Running
+}
+
+/// When to look again at a window whose sample is still running (a job gate's Job):
+/// soon, but not at once.
+fn pending_recheck(
+    obs: &super::Observations,
+    stage: &str,
+    window: &GateStatus,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    obs.pending_samples
+        .iter()
+        .any(|pending| {
+            pending.gate == window.name && pending.stage == stage && pending.region == window.region
+        })
+        .then(|| {
+            let recheck = TimeDelta::from_std(super::observations::PENDING_SAMPLE_RECHECK)
+                .unwrap_or(TimeDelta::seconds(5));
+            after(now, recheck)
+        })
 }
 
 /// The window's verdict from its counts: failure limits first, so it fails closed.

@@ -34,6 +34,7 @@ mod control_record;
 mod dispatch;
 mod expand_contract;
 mod failure;
+pub mod gate_templates;
 mod gate_windows;
 mod kstatus;
 pub mod label_selector;
@@ -58,13 +59,13 @@ pub use actions::{Action, Decision, EventType, SampleTally};
 pub use conditions::REASON_INVALID_VALUE;
 pub use conditions::reconcile_failed;
 pub use gate_windows::{
-    BaselineQuery, ComparisonRequest, DEFAULT_GATE_SETTLE_TIME, GateSampleRequest,
+    BaselineQuery, ComparisonRequest, DEFAULT_GATE_SETTLE_TIME, GateSampleRequest, ProbeRequest,
     done_shows_consumers_loaded, gates_due,
 };
 pub use observations::{
     AppliedRevision, ApprovalObservation, ApproverBinding, ComparisonSample, ConsumerObservation,
-    Control, DesiredRevision, GateSampleObservation, Observations, RegionObservation,
-    RevisionAuthors, SourceStamp,
+    Control, DesiredRevision, GateSampleObservation, Observations, PENDING_SAMPLE_RECHECK,
+    PendingSample, RegionObservation, RevisionAuthors, SourceStamp,
 };
 pub use settle::{ActOutcome, FailedRegion, observe_again, settle};
 pub use tenancy::Grant;

@@ -71,6 +71,26 @@ pub struct Observations {
     /// that the region's consumers loaded the revision (the controller's
     /// `--gate-settle-time`; see `gate_windows`).
     pub gate_settle_time: std::time::Duration,
+    /// Each template gate's check as its template is now (see `gate_templates`),
+    /// recorded in status when the gate's next windows open.
+    pub gate_templates: BTreeMap<String, configrollout_api::GateTemplateUse>,
+    /// Samples due that were started and have not finished (a job gate's Job still
+    /// running): looked at again after [`PENDING_SAMPLE_RECHECK`], not at once.
+    pub pending_samples: Vec<PendingSample>,
+}
+
+/// How soon a sample still running is looked at again.
+pub const PENDING_SAMPLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A window's sample that was started and has no answer yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingSample {
+    /// Gate name.
+    pub gate: String,
+    /// Stage name.
+    pub stage: String,
+    /// Region, for a per-region window.
+    pub region: Option<String>,
 }
 
 /// The desired configuration, identified without its values.

@@ -47,6 +47,9 @@ pub const NOTIFY: &str = "configrollout.dev/notify";
 /// [`crate::gates::scope`]). A query naming such a label otherwise is refused. Absent:
 /// queries are sent as written.
 pub const GATE_LABEL_MATCHERS: &str = "configrollout.dev/gate-label-matchers";
+/// Annotation on a hub Namespace: `platform` limits its rollouts' gates to
+/// ClusterGateTemplates (no inline query, no GateTemplate of its own).
+pub const GATE_TEMPLATES: &str = "configrollout.dev/gate-templates";
 /// Most entries an allow-list annotation may hold, so a grant stays cheap to check.
 const MAX_GRANT_ENTRIES: usize = 256;
 /// Most sinks the [`NOTIFY`] annotation may subscribe every rollout to.
@@ -85,6 +88,8 @@ pub struct Grant {
     /// The label matchers added to every selector of the rollouts' queries; `None`:
     /// queries are sent as written.
     pub gate_scope: Option<Matchers>,
+    /// Whether the rollouts' gates must use the platform's ClusterGateTemplates.
+    pub platform_gates_only: bool,
 }
 
 /// The ClusterNotificationSinks a grant lets rollouts subscribe to.
@@ -163,6 +168,18 @@ impl Grant {
                 Matchers::parse(text)
                     .map_err(|error| annotation_error(GATE_LABEL_MATCHERS, &error.to_string()))?,
             );
+        }
+        if let Some(text) = annotations.get(GATE_TEMPLATES) {
+            grant.platform_gates_only = match text.trim() {
+                "platform" => true,
+                "any" => false,
+                _ => {
+                    return Err(annotation_error(
+                        GATE_TEMPLATES,
+                        "must be \"platform\" (gates use ClusterGateTemplates only) or \"any\"",
+                    ));
+                }
+            };
         }
         if let Some(text) = annotations.get(ALLOW_ADOPTION) {
             grant.adoption = match text.trim() {
@@ -255,11 +272,31 @@ impl Grant {
                 });
             }
         }
+        if self.platform_gates_only {
+            for (index, gate) in spec.gates.iter().enumerate() {
+                let platform = gate.template.as_ref().is_some_and(|template| {
+                    template.kind == configrollout_api::GateTemplateKind::ClusterGateTemplate
+                });
+                if !platform {
+                    errors.push(SpecError {
+                        field: format!("spec.gates[{index}]"),
+                        message: format!(
+                            "gates of namespace {} use the platform's ClusterGateTemplates only \
+                             (annotation {GATE_TEMPLATES}: platform on Namespace {})",
+                            self.namespace, self.namespace
+                        ),
+                    });
+                }
+            }
+        }
         if let Some(matchers) = &self.gate_scope {
+            // A template gate's query is its template's, args substituted: scoped alike.
+            // Web and job gates carry no query.
             let gates = spec
                 .gates
                 .iter()
                 .enumerate()
+                .filter(|(_, gate)| !gate.query.is_empty())
                 .map(|(index, gate)| (format!("spec.gates[{index}].query"), &gate.query));
             let activations = spec
                 .consumers

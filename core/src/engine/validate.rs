@@ -106,6 +106,45 @@ pub(crate) fn comparison_points(window: chrono::TimeDelta, step: chrono::TimeDel
         .saturating_add(1)
 }
 
+/// What is wrong with a template gate's web or job check once its args are in:
+/// `(field, problem)`.
+fn probe_problems(probe: &configrollout_api::ResolvedProbe) -> Vec<(String, String)> {
+    use configrollout_api::ResolvedProbe;
+    let mut problems = Vec::new();
+    match probe {
+        ResolvedProbe::Web(web) => {
+            let texts = std::iter::once(("web.url", web.url.as_str()))
+                .chain(web.body.as_deref().map(|body| ("web.body", body)))
+                .chain(
+                    web.headers
+                        .iter()
+                        .filter_map(|header| Some(("web.headers", header.value.as_deref()?))),
+                );
+            for (name, text) in texts {
+                if let Err(error) = check_template(text) {
+                    problems.push((name.to_owned(), error.to_string()));
+                }
+            }
+            if let Err(error) = crate::gates::JsonPathQuery::parse(&web.json_path) {
+                problems.push(("web.jsonPath".to_owned(), error.to_string()));
+            }
+        }
+        ResolvedProbe::Job(job) => {
+            let mut template = job.template.clone();
+            let mut problem = None;
+            crate::gates::job::walk_strings(&mut template, &mut |text| {
+                if let Err(error) = check_template(text) {
+                    problem.get_or_insert_with(|| error.to_string());
+                }
+            });
+            if let Some(problem) = problem.or_else(|| crate::gates::job::job_problem(&template)) {
+                problems.push(("job.template".to_owned(), problem));
+            }
+        }
+    }
+    problems
+}
+
 /// Every problem the schema cannot catch, in field order.
 pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
     let mut errors = Vec::new();
@@ -113,47 +152,72 @@ pub fn validate(spec: &ConfigRolloutSpec) -> Vec<SpecError> {
 
     for (index, gate) in spec.gates.iter().enumerate() {
         let field = |name: &str| format!("spec.gates[{index}].{name}");
-        // Refused text is never parsed, so that no error message quotes it.
-        match &gate.compare {
-            None => {
-                if let Some(problem) = text_problem(&gate.condition) {
-                    report(field("condition"), problem);
-                } else if let Err(error) = Condition::parse(&gate.condition) {
-                    report(field("condition"), error.to_string());
-                }
+        // A template gate is checked as its template resolved (see `gate_templates`);
+        // one that did not resolve is reported there, once.
+        let unresolved = gate.template.is_some() && gate.query.is_empty() && gate.probe.is_none();
+        let template_field = |name: &str| format!("spec.gates[{index}].template ({name})");
+        if let Some(probe) = &gate.probe {
+            for (name, problem) in probe_problems(probe) {
+                report(template_field(&name), problem);
             }
-            Some(_) if !gate.condition.is_empty() => report(
-                field("condition"),
-                "set exactly one of condition and compare".to_owned(),
-            ),
-            Some(compare) => {
-                for (name, problem) in comparison_problems(compare) {
-                    report(field(&format!("compare.{name}")), problem);
+        }
+        if unresolved {
+            // Nothing to check but the knobs below.
+        } else if gate.template.is_some() && !gate.condition.is_empty() && gate.compare.is_none() {
+            if let Err(error) = Condition::parse(&gate.condition) {
+                report(template_field("condition"), error.to_string());
+            }
+        } else {
+            match &gate.compare {
+                None => {
+                    if let Some(problem) = text_problem(&gate.condition) {
+                        report(field("condition"), problem);
+                    } else if let Err(error) = Condition::parse(&gate.condition) {
+                        report(field("condition"), error.to_string());
+                    }
                 }
-                if uses_placeholder(&gate.query, "revision") {
-                    report(
-                        field("query"),
-                        "a comparison gate's query cannot use {{revision}}: its baseline runs \
+                Some(_) if !gate.condition.is_empty() => report(
+                    field("condition"),
+                    "set exactly one of condition and compare".to_owned(),
+                ),
+                Some(compare) => {
+                    for (name, problem) in comparison_problems(compare) {
+                        report(field(&format!("compare.{name}")), problem);
+                    }
+                    if uses_placeholder(&gate.query, "revision") {
+                        report(
+                            field("query"),
+                            "a comparison gate's query cannot use {{revision}}: its baseline runs \
                          the previous revision, which the query would not select"
-                            .to_owned(),
-                    );
-                }
-                if !uses_placeholder(&gate.query, "region") {
-                    report(
-                        field("query"),
-                        "a comparison gate's query must use {{region}}, so that it can be \
+                                .to_owned(),
+                        );
+                    }
+                    if !uses_placeholder(&gate.query, "region") {
+                        report(
+                            field("query"),
+                            "a comparison gate's query must use {{region}}, so that it can be \
                          asked of the regions not yet updated"
-                            .to_owned(),
-                    );
+                                .to_owned(),
+                        );
+                    }
                 }
             }
         }
-        if let Some(problem) = text_problem(&gate.query) {
-            report(field("query"), problem);
+        let query_field = |name: &str| {
+            if gate.template.is_some() {
+                template_field(&format!("prometheus.{name}"))
+            } else {
+                field(name)
+            }
+        };
+        if unresolved || gate.probe.is_some() {
+            // No query of its own.
+        } else if let Some(problem) = text_problem(&gate.query) {
+            report(query_field("query"), problem);
         } else if let Err(error) = check_template(&gate.query) {
-            report(field("query"), error.to_string());
+            report(query_field("query"), error.to_string());
         } else if let Some(problem) = promql_problem(&gate.query) {
-            report(field("query"), problem);
+            report(query_field("query"), problem);
         }
         if let Some(problem) =
             duration_problem(&gate.interval, Positive::Yes, GATE_INTERVAL_CEILING)

@@ -7,6 +7,7 @@
 
 pub mod compare;
 pub mod condition;
+pub mod job;
 pub mod provider;
 pub mod scope;
 pub mod template;

@@ -34,6 +34,16 @@ pub enum TemplateError {
         /// The name found (trimmed).
         name: String,
     },
+    /// `{{args.name}}` naming an arg the template does not declare.
+    #[error(
+        "at byte {position}: unknown arg `{{{{args.{name}}}}}`: the template declares no such arg"
+    )]
+    UnknownArg {
+        /// Byte offset of the opening braces.
+        position: usize,
+        /// The arg's name.
+        name: String,
+    },
     /// `{{` without a matching `}}`.
     #[error("at byte {position}: `{{{{` is not closed by `}}}}`")]
     Unclosed {
@@ -62,14 +72,96 @@ pub fn uses_placeholder(query: &str, name: &str) -> bool {
 
 /// Renders `query` with `values`, each escaped for a PromQL string literal.
 pub fn render(query: &str, values: &TemplateValues<'_>) -> Result<String, TemplateError> {
-    substitute(query, |name| {
+    render_with(query, values, escape_promql_string)
+}
+
+/// Renders `text` with `values`, each escaped by `escape` for where it lands (a URL's
+/// path, a JSON string, a Job's field).
+pub fn render_with(
+    text: &str,
+    values: &TemplateValues<'_>,
+    escape: impl Fn(&str) -> String,
+) -> Result<String, TemplateError> {
+    substitute(text, |name| {
         let raw = match name {
             "region" => values.region,
             "revision" => values.revision,
             _ => values.stage,
         };
-        escape_promql_string(raw)
+        escape(raw)
     })
+}
+
+/// The prefix of a template arg's placeholder: `{{args.threshold}}`.
+pub const ARG_PREFIX: &str = "args.";
+
+/// Replaces each `{{args.NAME}}` of a template's `text` with `value_of(NAME)`, and keeps
+/// `{{region}}`, `{{revision}}` and `{{stage}}` for each sample. An arg `value_of`
+/// does not know, or any other name, is an error.
+#[allow(
+    clippy::arithmetic_side_effects,
+    reason = "offsets within one string, each found by a search of it"
+)]
+pub fn substitute_args(
+    text: &str,
+    value_of: impl Fn(&str) -> Option<String>,
+) -> Result<String, TemplateError> {
+    let mut rendered = String::with_capacity(text.len());
+    let mut cursor = 0;
+    while let Some(offset) = text[cursor..].find("{{") {
+        let open = cursor + offset;
+        rendered.push_str(&text[cursor..open]);
+        let body_start = open + 2;
+        let Some(length) = text[body_start..].find("}}") else {
+            return Err(TemplateError::Unclosed { position: open });
+        };
+        let whole = &text[open..body_start + length + 2];
+        let name = text[body_start..body_start + length].trim();
+        if PLACEHOLDERS.contains(&name) {
+            rendered.push_str(whole);
+        } else if let Some(arg) = name.strip_prefix(ARG_PREFIX) {
+            let Some(value) = value_of(arg) else {
+                return Err(TemplateError::UnknownArg {
+                    position: open,
+                    name: arg.chars().take(64).collect(),
+                });
+            };
+            rendered.push_str(&value);
+        } else {
+            return Err(TemplateError::UnknownPlaceholder {
+                position: open,
+                name: name.chars().take(32).collect(),
+            });
+        }
+        cursor = body_start + length + 2;
+    }
+    rendered.push_str(&text[cursor..]);
+    Ok(rendered)
+}
+
+/// Escapes `raw` for a URL's path or query: every byte but the unreserved ones
+/// (RFC 3986: letters, digits, `-._~`) percent-encoded, so that no value adds a path
+/// segment, a query parameter or a fragment.
+pub fn escape_url_component(raw: &str) -> String {
+    let mut escaped = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            escaped.push(char::from(byte));
+        } else {
+            escaped.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    escaped
+}
+
+/// Escapes `raw` for the inside of a JSON string.
+pub fn escape_json_string(raw: &str) -> String {
+    let quoted = serde_json::Value::String(raw.to_owned()).to_string();
+    quoted
+        .strip_prefix('"')
+        .and_then(|inner| inner.strip_suffix('"'))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[allow(

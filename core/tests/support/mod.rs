@@ -13,8 +13,8 @@ use configrollout_api::{
 use configrollout_core::engine::{
     Action, AppliedRevision, ApprovalObservation, ApproverBinding, ComparisonRequest,
     ComparisonSample, ConsumerObservation, Control, Decision, DesiredRevision,
-    GateSampleObservation, Grant, Observations, RegionObservation, RevisionAuthors, SourceStamp,
-    decide, gates_due,
+    GateSampleObservation, Grant, Observations, PendingSample, ProbeRequest, RegionObservation,
+    RevisionAuthors, SourceStamp, SpecError, decide, gate_templates, gates_due,
 };
 use configrollout_core::gates::{QueryResult, Span};
 use serde_json::{Value, json};
@@ -65,6 +65,9 @@ pub type Metric = Box<dyn Fn(&str, Option<&str>) -> QueryResult>;
 /// over a span. `None`: the query errs.
 pub type Series = Box<dyn Fn(&str, &Span) -> Option<Vec<f64>>>;
 
+/// Whether a web or job sample of (gate, region) is still running.
+pub type Pending = Box<dyn Fn(&str, Option<&str>) -> bool>;
+
 /// When the fake Prometheus evaluates a query asked at a time (`None`: no timestamp).
 pub type Evaluation = Box<dyn Fn(DateTime<Utc>) -> Option<DateTime<Utc>>>;
 
@@ -105,6 +108,14 @@ pub struct World {
     pub missing_policies: Option<Vec<String>>,
     /// What binds an approval's approver to its creator.
     pub approver_binding: ApproverBinding,
+    /// The gate templates the hub holds (see `engine::gate_templates`).
+    pub templates: gate_templates::Templates,
+    /// Every web or job sample taken, with its region.
+    pub probes: Vec<(Option<String>, ProbeRequest)>,
+    /// Whether a web or job sample of (gate, region) is still running now.
+    pub pending: Pending,
+    /// Samples found running in the last tick.
+    pending_samples: Vec<PendingSample>,
     /// Why the candidate's values are refused (the controller's value checks).
     pub value_violations: Vec<String>,
     stamp_counter: u64,
@@ -134,6 +145,10 @@ impl World {
             missing_policies: None,
             approver_binding: ApproverBinding::External,
             value_violations: Vec::new(),
+            templates: gate_templates::Templates::new(),
+            probes: Vec::new(),
+            pending: Box::new(|_, _| false),
+            pending_samples: Vec::new(),
             spec,
             status: ConfigRolloutStatus::default(),
             now: t0(),
@@ -169,14 +184,32 @@ impl World {
 
     /// Samples the gates due now, as the reconcile would.
     pub fn samples(&mut self) -> Vec<GateSampleObservation> {
-        let due = gates_due(&self.spec, &self.status, self.now);
+        let (spec, _) = self.effective();
+        let due = gates_due(&spec, &self.status, self.now);
+        self.pending_samples.clear();
         for request in &due {
             if let Some(comparison) = &request.comparison {
                 self.comparisons
                     .push((request.region.clone(), comparison.clone()));
             }
         }
-        due.into_iter()
+        let mut answered = Vec::new();
+        for request in due {
+            if let Some(probe) = &request.probe {
+                if (self.pending)(&request.gate, request.region.as_deref()) {
+                    self.pending_samples.push(PendingSample {
+                        gate: request.gate.clone(),
+                        stage: request.stage.clone(),
+                        region: request.region.clone(),
+                    });
+                    continue;
+                }
+                self.probes.push((request.region.clone(), probe.clone()));
+            }
+            answered.push(request);
+        }
+        answered
+            .into_iter()
             .map(|request| {
                 let (result, comparison) = match &request.comparison {
                     None => (
@@ -234,9 +267,20 @@ impl World {
     }
 
     /// What the reconcile would observe now, with the given samples.
+    /// The spec as the engine sees it: template gates resolved with
+    /// [`World::templates`] as the controller resolves them, and their errors.
+    pub fn effective(&self) -> (ConfigRolloutSpec, Vec<SpecError>) {
+        let resolution = gate_templates::resolve(&self.spec, "app", &self.templates);
+        gate_templates::effective_spec(&self.spec, &self.status, &resolution)
+    }
+
     pub fn observations(&mut self, gate_samples: Vec<GateSampleObservation>) -> Observations {
         self.stamp_counter += 1;
+        let resolution = gate_templates::resolve(&self.spec, "app", &self.templates);
+        let (_, template_errors) = self.effective();
         Observations {
+            gate_templates: resolution.current,
+            pending_samples: self.pending_samples.clone(),
             generation: self.generation,
             desired: self.desired.clone(),
             fresh_stamp: format!("{}-0-rollout:app/demo", self.stamp_counter),
@@ -282,7 +326,7 @@ impl World {
             gate_samples,
             approvals: self.approvals.clone(),
             control: self.control.clone(),
-            spec_errors: Vec::new(),
+            spec_errors: template_errors.iter().map(ToString::to_string).collect(),
             grant: self.grant.clone(),
             target_refusals: Vec::new(),
             value_violations: self.value_violations.clone(),
@@ -312,7 +356,8 @@ impl World {
     ) -> Decision {
         let samples = self.samples();
         let observations = self.observations(samples);
-        let decision = decide(&self.spec, self.status.clone(), &observations, self.now);
+        let (spec, _) = self.effective();
+        let decision = decide(&spec, self.status.clone(), &observations, self.now);
         check(&observations, &self.status, &decision);
         for action in &decision.actions {
             self.log.push((self.now, action.clone()));

@@ -16,8 +16,10 @@ use crate::hub::Hub;
 use crate::render::printable;
 use crate::{CliError, EXIT_COMPLETE, EXIT_FAILED};
 use configrollout_api::{
-    ClusterConfigSchema, ConfigRollout, ConfigSchema, ConfigSchemaSpec, SchemaKind,
+    ClusterConfigSchema, ClusterGateTemplate, ConfigRollout, ConfigSchema, ConfigSchemaSpec,
+    GateTemplate, GateTemplateSpec, SchemaKind,
 };
+use configrollout_core::engine::gate_templates::{self, TemplateKey, TemplateObject, Templates};
 use configrollout_core::engine::tenancy::REQUIRED_SCHEMAS;
 use configrollout_core::engine::validate;
 use configrollout_core::values;
@@ -70,10 +72,12 @@ pub(super) struct LintReport {
     pub lines: Vec<String>,
 }
 
-/// The schemas lint checks values against, by kind and name.
+/// The schemas lint checks values against, by kind and name, and the gate templates
+/// it resolves template gates with.
 #[derive(Default)]
 pub(super) struct Schemas {
     by_name: BTreeMap<(bool, String), ConfigSchemaSpec>,
+    templates: Templates,
 }
 
 impl Schemas {
@@ -93,7 +97,8 @@ impl Schemas {
                 Some(Ok(())) => {}
                 Some(Err(problem)) => problems.push(format!("document {}: {problem}", index + 1)),
                 None => problems.push(format!(
-                    "document {}: not a ConfigSchema or ClusterConfigSchema",
+                    "document {}: not a ConfigSchema, ClusterConfigSchema, GateTemplate or \
+                     ClusterGateTemplate",
                     index + 1
                 )),
             }
@@ -117,12 +122,16 @@ impl Schemas {
             .collect();
         let mut wanted: BTreeSet<(bool, String, String)> = BTreeSet::new();
         let mut namespaces = BTreeSet::new();
+        let mut templates = BTreeSet::new();
         for rollout in &rollouts {
             let namespace = rollout
                 .metadata
                 .namespace
                 .clone()
                 .unwrap_or_else(|| hub.namespace.clone());
+            for (key, name) in gate_templates::named_templates(&rollout.spec) {
+                templates.insert((key, namespace.clone(), name));
+            }
             for reference in &rollout.spec.schemas {
                 let cluster = reference.kind == SchemaKind::ClusterConfigSchema;
                 wanted.insert((cluster, namespace.clone(), reference.name.clone()));
@@ -168,6 +177,36 @@ impl Schemas {
                 Err(error) => return Err(error),
             }
         }
+        for (key, namespace, name) in templates {
+            if self.templates.contains_key(&(key, name.clone())) {
+                continue;
+            }
+            let found = match key {
+                TemplateKey::Cluster => {
+                    let api: Api<ClusterGateTemplate> = Api::all(hub.client.clone());
+                    let what = format!("reading ClusterGateTemplate {name}");
+                    hub.call(&what, api.get_opt(&name))
+                        .await?
+                        .map(|template| (template.metadata.generation, template.spec.template))
+                }
+                TemplateKey::Namespaced => {
+                    let api: Api<GateTemplate> = Api::namespaced(hub.client.clone(), &namespace);
+                    let what = format!("reading GateTemplate {namespace}/{name}");
+                    hub.call(&what, api.get_opt(&name))
+                        .await?
+                        .map(|template| (template.metadata.generation, template.spec))
+                }
+            };
+            if let Some((generation, spec)) = found {
+                self.templates.insert(
+                    (key, name),
+                    TemplateObject {
+                        generation: generation.unwrap_or_default(),
+                        spec,
+                    },
+                );
+            }
+        }
         for (cluster, namespace, name) in wanted {
             if self.by_name.contains_key(&(cluster, name.clone())) {
                 continue;
@@ -194,10 +233,15 @@ impl Schemas {
 
     /// Adds `value` if it is a schema document (`None` if it is not one).
     fn add(&mut self, value: serde_json::Value) -> Option<Result<(), String>> {
-        let kind = value.get("kind").and_then(serde_json::Value::as_str)?;
+        let kind = value
+            .get("kind")
+            .and_then(serde_json::Value::as_str)?
+            .to_owned();
+        let kind = kind.as_str();
         let cluster = match kind {
             "ConfigSchema" => false,
             "ClusterConfigSchema" => true,
+            "GateTemplate" | "ClusterGateTemplate" => return Some(self.add_template(kind, value)),
             _ => return None,
         };
         if value.get("apiVersion").and_then(serde_json::Value::as_str) != Some(&api_version()) {
@@ -216,6 +260,34 @@ impl Schemas {
             }
             Err(error) => Err(format!("{kind} {name}: {error}")),
         })
+    }
+
+    /// Adds a GateTemplate or ClusterGateTemplate document.
+    fn add_template(&mut self, kind: &str, value: serde_json::Value) -> Result<(), String> {
+        if value.get("apiVersion").and_then(serde_json::Value::as_str) != Some(&api_version()) {
+            return Err(format!("{kind} is not {}", api_version()));
+        }
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let key = if kind == "GateTemplate" {
+            TemplateKey::Namespaced
+        } else {
+            TemplateKey::Cluster
+        };
+        let spec = value.get("spec").cloned().unwrap_or_default();
+        let spec = serde_json::from_value::<GateTemplateSpec>(spec)
+            .map_err(|error| format!("{kind} {name}: {error}"))?;
+        self.templates.insert(
+            (key, name),
+            TemplateObject {
+                generation: 1,
+                spec,
+            },
+        );
+        Ok(())
     }
 
     /// The schemas that apply to `rollout`, labelled, or why one cannot be had.
@@ -389,7 +461,20 @@ pub(super) fn lint_with(text: &str, mut schemas: Schemas) -> LintReport {
         if rollout.spec.stages.is_empty() {
             errors.push("spec.stages: at least one stage is required".to_owned());
         }
-        errors.extend(validate(&rollout.spec).iter().map(ToString::to_string));
+        // Template gates are checked as they resolve: the template's check, args in.
+        let namespace = rollout.metadata.namespace.clone().unwrap_or_default();
+        let resolution = gate_templates::resolve(&rollout.spec, &namespace, &schemas.templates);
+        let (effective, template_errors) =
+            gate_templates::effective_spec(&rollout.spec, &Default::default(), &resolution);
+        errors.extend(template_errors.iter().map(|error| {
+            let text = error.to_string();
+            if text.ends_with("not found") {
+                format!("{text} (not in the file, a --schema file, nor read with --from-hub)")
+            } else {
+                text
+            }
+        }));
+        errors.extend(validate(&effective).iter().map(ToString::to_string));
         let (value_errors, notes) = value_findings(&rollout, &schemas);
         errors.extend(value_errors);
         lines.extend(

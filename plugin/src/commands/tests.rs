@@ -135,6 +135,61 @@ spec:
   validators: [capacity]
 ";
 
+const ERROR_RATIO: &str = "\
+apiVersion: configrollout.dev/v1alpha1
+kind: ClusterGateTemplate
+metadata: {name: error-ratio}
+spec:
+  args:
+    - {name: service}
+    - {name: threshold, type: Number, default: \"0.05\"}
+  prometheus:
+    query: sum(rate(errors{service=\"{{args.service}}\",region=\"{{region}}\"}[5m]))
+    condition: result < {{args.threshold}}
+";
+
+#[test]
+fn lint_resolves_template_gates_from_the_file_or_says_where_it_looked() {
+    let gated = VALID
+        .replace(
+            "      query: sum(rate(errors_total{region=\"{{region}}\"}[1m]))\n",
+            "      template: {name: error-ratio, args: {service: checkout}}\n",
+        )
+        .replace("      condition: result < 0.01\n", "");
+    assert!(gated.contains("error-ratio") && !gated.contains("condition"));
+    let report = lint_text(&format!("{ERROR_RATIO}---\n{gated}"));
+    assert!(report.ok, "{report:?}");
+
+    let typo = gated.replace("service: checkout", "servce: checkout");
+    let report = lint_text(&format!("{ERROR_RATIO}---\n{typo}"));
+    assert!(!report.ok);
+    assert!(
+        report.lines.iter().any(|line| line.contains(
+            "spec.gates[0].template.args.servce: ClusterGateTemplate error-ratio declares no arg servce"
+        )),
+        "{report:?}"
+    );
+
+    let broken = ERROR_RATIO.replace("[5m]))", "[5m]");
+    let report = lint_text(&format!("{broken}---\n{gated}"));
+    assert!(!report.ok);
+    assert!(
+        report.lines.iter().any(
+            |line| line.contains("spec.gates[0].template (prometheus.query): not valid PromQL")
+        ),
+        "{report:?}"
+    );
+
+    let report = lint_text(&gated);
+    assert!(!report.ok);
+    assert!(
+        report.lines.iter().any(|line| line.contains(
+            "ClusterGateTemplate error-ratio not found (not in the file, a --schema file, nor read with --from-hub)"
+        )),
+        "{report:?}"
+    );
+}
+
 #[test]
 fn lint_checks_values_against_the_schemas_the_rollout_names() {
     let named = VALID.replace("spec:\n", "spec:\n  schemas: [{name: timeouts}]\n");
