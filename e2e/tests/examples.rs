@@ -34,10 +34,11 @@ use support::*;
 
 /// Every file of `examples/`, each checked by [`check`]: a file added there without a
 /// check fails [`every_example_has_a_check`].
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 7] = [
     "approval-four-eyes.yaml",
     "compare-with-baseline.yaml",
     "feature-flag.yaml",
+    "platform-gate-template.yaml",
     "rate-limit-with-gate.yaml",
     "remove-a-key.yaml",
     "shared-namespace.yaml",
@@ -207,10 +208,13 @@ fn every_example_follows_the_conventions() {
     let mut rollouts = 0;
     for file in EXAMPLES {
         for document in documents(file) {
+            // A platform's check a team's rollout uses is shipped beside it, for `lint`
+            // to resolve and the admin to apply; anything else an admin does goes in a
+            // comment.
             assert!(
-                is_rollout(&document),
-                "{file}: ConfigRollouts only, which a team applies (and `lint` reads); \
-                 what a platform admin does goes in a comment: {}",
+                is_rollout(&document) || kind(&document) == "ClusterGateTemplate",
+                "{file}: ConfigRollouts only, which a team applies (and `lint` reads), and the \
+                 ClusterGateTemplates they use; what a platform admin does goes in a comment: {}",
                 kind(&document)
             );
         }
@@ -251,7 +255,7 @@ fn every_example_follows_the_conventions() {
             }
         }
     }
-    assert_eq!(rollouts, 7, "six examples, one with two rollouts");
+    assert_eq!(rollouts, 8, "seven examples, one with two rollouts");
     let grants = admin_commands("shared-namespace.yaml");
     for namespace in ["team", "payments"] {
         assert!(
@@ -307,6 +311,7 @@ async fn check(world: &World, file: &'static str) {
         }
         "approval-four-eyes.yaml" => production_waits_for_a_second_person(world, file).await,
         "shared-namespace.yaml" => two_teams_share_one_config_map(world, file).await,
+        "platform-gate-template.yaml" => a_team_gate_uses_the_platform_check(world, file).await,
         other => panic!("no check for examples/{other}"),
     }
     eprintln!("examples/{file}: checked in {:?}", started.elapsed());
@@ -422,21 +427,28 @@ fn rollouts_in(world: &World, namespace: &str) -> Api<ConfigRollout> {
 /// names, never values).
 async fn completes(world: &World, namespace: &str, name: &str, revision: &str) -> ConfigRollout {
     let api = rollouts_in(world, namespace);
-    let api = &api;
-    let rollout = eventually(
-        &format!("{namespace}/{name} finishes {revision}"),
-        PROGRESS,
-        || async move {
-            let rollout = within("read the rollout", api.get(name)).await;
-            let finished = matches!(
-                phase_of(&rollout).as_deref(),
-                Some("Complete" | "Halted" | "RolledBack" | "Refused")
-            );
-            let status = rollout.status.as_ref()?;
-            (finished && status.revision.as_deref() == Some(revision)).then_some(rollout)
-        },
-    )
-    .await;
+    let deadline = Instant::now() + PROGRESS;
+    let rollout = loop {
+        let rollout = within("read the rollout", api.get(name)).await;
+        let finished = matches!(
+            phase_of(&rollout).as_deref(),
+            Some("Complete" | "Halted" | "RolledBack" | "Refused")
+        );
+        let status = rollout.status.as_ref();
+        if finished && status.and_then(|status| status.revision.as_deref()) == Some(revision) {
+            break rollout;
+        }
+        // Not finished in time: what it was doing (metrics and names, never values).
+        assert!(
+            Instant::now() < deadline,
+            "{namespace}/{name} finishes {revision}: not within {PROGRESS:?}; phase {:?}, \
+             conditions {:?}, stages {}",
+            phase_of(&rollout),
+            status.map(|status| &status.conditions),
+            serde_json::to_string_pretty(&status.map(|status| &status.stages)).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let status = rollout.status.as_ref();
     assert_eq!(
         phase_of(&rollout).as_deref(),
@@ -544,6 +556,43 @@ async fn limits_pass_their_gate_in_every_region(world: &World, file: &str) {
             "{file}: {count} successful samples in {region}: {window:?}"
         );
     }
+}
+
+/// platform-gate-template.yaml: the platform's ClusterGateTemplate is applied first; the
+/// team's gate samples it with the team's threshold in each region, the rollout
+/// completes, and its status records the template and generation its windows used.
+async fn a_team_gate_uses_the_platform_check(world: &World, file: &str) {
+    let documents = documents(file);
+    let template = documents
+        .iter()
+        .find(|document| kind(document) == "ClusterGateTemplate")
+        .expect("the platform's template");
+    apply(world, template).await;
+    let rollout = the_rollout_of(file);
+    let gate = &rollout["spec"]["gates"][0];
+    assert_eq!(gate["template"]["name"], name_of(template), "{file}");
+    apply(world, &for_the_lab(rollout.clone())).await;
+    let done = completes(world, namespace_of(&rollout), name_of(&rollout), "r1").await;
+    every_region_holds(world, file, target_of(&rollout), &data_of(&rollout)).await;
+    let gate_name = gate["name"].as_str().expect("gate name");
+    for (stage_name, region) in [("canary", "region-1"), ("production", "region-2")] {
+        let window = window(stage(&done, stage_name), gate_name, region);
+        assert_eq!(
+            window.verdict,
+            Some(GateVerdict::Passed),
+            "{file}: {window:?}"
+        );
+    }
+    let used = &done.status.as_ref().expect("status").gate_templates;
+    assert_eq!(used.len(), 1, "{file}: {used:?}");
+    assert_eq!(used[0].template, "ClusterGateTemplate error-ratio");
+    let check = used[0].check.prometheus.as_ref().expect("a query check");
+    assert_eq!(check.condition, "result < 0.02", "{file}: the team's threshold");
+    assert!(
+        check.query.contains("[5m]") && check.query.contains("{{region}}"),
+        "{file}: the default window, the region filled in per sample: {}",
+        check.query
+    );
 }
 
 /// compare-with-baseline.yaml: in the canary stage the comparison gate judges region-1

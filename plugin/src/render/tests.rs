@@ -177,6 +177,39 @@ fn four_eyes_names_who_may_not_approve() {
 }
 
 #[test]
+fn a_template_gate_names_its_template_and_generation() {
+    let status = format!(
+        "  phase: Progressing
+  revision: r2
+  step: Single
+  currentStage: canary
+  stages:
+    - name: canary
+      state: Verifying
+      startedAt: 2026-12-03T08:00:05Z
+      verifiedAt: 2026-12-03T08:01:00Z
+      gates:
+        - {{name: errors, region: region-1, verdict: Running, successes: 1}}
+  gateTemplates:
+    - gate: errors
+      template: \"ClusterGateTemplate error-ratio\"
+      generation: 4
+      revision: r2
+      stage: canary
+      check: {{prometheus: {{query: up, condition: result == 1}}}}
+{HISTORY}"
+    );
+    let rendered = render_get(&rollout("", &status));
+    assert!(
+        rendered.contains(
+            "gate errors (region-1): Running, 1 successful of 3 needed, 0 failed, 0 \
+             inconclusive, ClusterGateTemplate error-ratio generation 4"
+        ),
+        "{rendered}"
+    );
+}
+
+#[test]
 fn gate_failing_shows_the_samples_and_the_halt() {
     let status = format!(
         "  phase: Halted

@@ -139,6 +139,21 @@ pub(super) fn gate_node(rollout: &ConfigRollout, gate: &GateStatus) -> Node {
         ", {} failed, {} inconclusive",
         gate.failures, gate.inconclusives
     );
+    // A template gate: which template, and which generation its windows sample.
+    let used = rollout.status.as_ref().and_then(|status| {
+        status
+            .gate_templates
+            .iter()
+            .find(|used| used.gate == gate.name)
+    });
+    if let Some(used) = used {
+        let _ = write!(
+            text,
+            ", {} generation {}",
+            printable(&used.template),
+            used.generation
+        );
+    }
     // Before its first sample, when it will be taken: a window waits for its opening.
     if gate.samples.is_empty()
         && gate.verdict == Some(configrollout_api::GateVerdict::Running)
