@@ -9,6 +9,53 @@ use super::schema::{self, Rule};
 
 /// Longest Prometheus URL accepted.
 pub const MAX_URL_LENGTH: u64 = 2048;
+/// Most extra headers a Region's Prometheus queries may carry (`spec.prometheus.headers`).
+pub const MAX_PROMETHEUS_HEADERS: u64 = 8;
+/// Longest header name in `spec.prometheus.headers`.
+pub const MAX_PROMETHEUS_HEADER_NAME_LENGTH: u64 = 128;
+/// Longest literal header value (`spec.prometheus.headers[].value`).
+pub const MAX_PROMETHEUS_HEADER_VALUE_LENGTH: u64 = 1024;
+/// Headers `spec.prometheus.headers` may not name (lower case): those the controller
+/// frames the request with, `Authorization` (credentials go in `spec.prometheus.auth`,
+/// which never sends them in clear) and the hop-by-hop ones, which a proxy would drop or
+/// act on.
+pub const FORBIDDEN_PROMETHEUS_HEADERS: [&str; 14] = [
+    "accept",
+    "authorization",
+    "connection",
+    "content-length",
+    "content-type",
+    "host",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+/// An HTTP header name (RFC 9110 `token`).
+pub const HEADER_NAME_PATTERN: &str = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
+/// A literal header value: printable ASCII, spaces inside only.
+pub const PROMETHEUS_HEADER_VALUE_PATTERN: &str = "^[!-~]([ -~]*[!-~])?$";
+
+/// Whether `name` is an HTTP header name: one or more RFC 9110 `tchar`s, as
+/// [`HEADER_NAME_PATTERN`] says.
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))
+}
+
+/// Whether `spec.prometheus.headers` may not name `name` (any case): see
+/// [`FORBIDDEN_PROMETHEUS_HEADERS`].
+pub fn is_forbidden_prometheus_header(name: &str) -> bool {
+    FORBIDDEN_PROMETHEUS_HEADERS
+        .iter()
+        .any(|forbidden| forbidden.eq_ignore_ascii_case(name))
+}
 
 /// A cluster that rollouts can target. Its labels are what stage selectors match.
 // Several print columns share `type_ = "string"`, which clippy mistakes for a repeated
@@ -99,6 +146,44 @@ pub struct PrometheusEndpoint {
     /// Needs an `https` URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<PrometheusAuth>,
+    /// Extra headers sent with every query, e.g. `X-Scope-OrgID` for a Mimir, Cortex or
+    /// Thanos tenant (at most 8, each named once). `Authorization`, `Host`, `Accept`,
+    /// `Content-Length`, `Content-Type` and hop-by-hop headers cannot be named. A value
+    /// read from a Secret (`valueFrom`) needs an `https` URL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = headers_rules)]
+    pub headers: Vec<PrometheusHeader>,
+}
+
+/// A header sent with every query to a region's Prometheus: a literal `value` (a tenant
+/// id, say) or one read from a Secret (`valueFrom`). Values are never logged nor shown.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = header_rules)]
+pub struct PrometheusHeader {
+    /// The header's name, e.g. `X-Scope-OrgID`.
+    #[schemars(transform = header_name_rules)]
+    pub name: String,
+    /// The value, for one that is no secret: printable ASCII, at most 1024 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = header_value_rules)]
+    pub value: Option<String>,
+    /// A key of a Secret in the controller's namespace holding the value (the one
+    /// `auth.secretRef` names, or another); surrounding white space is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderSecretKey>,
+}
+
+/// A key of a Secret in the controller's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderSecretKey {
+    /// Name of the Secret.
+    #[schemars(transform = schema::dns_subdomain("spec.prometheus.headers[].valueFrom.name"))]
+    pub name: String,
+    /// Key in the Secret's data.
+    #[schemars(transform = secret_key("spec.prometheus.headers[].valueFrom.key"))]
+    pub key: String,
 }
 
 /// Credentials for a region's Prometheus: keys of one Secret in the controller's
@@ -184,12 +269,83 @@ fn url_rules(schema: &mut Schema) {
 fn endpoint_rules(schema: &mut Schema) {
     schema::add_rules(
         schema,
+        &[
+            Rule::new(
+                "!has(self.auth) || self.url.lowerAscii().startsWith('https://')",
+                "spec.prometheus.auth needs an https spec.prometheus.url: credentials are never \
+                 sent in clear",
+            )
+            .at(".url"),
+            Rule::new(
+                "!has(self.headers) || self.headers.all(h, !has(h.valueFrom)) || \
+                 self.url.lowerAscii().startsWith('https://')",
+                "spec.prometheus.headers[].valueFrom needs an https spec.prometheus.url: Secret \
+                 values are never sent in clear",
+            )
+            .at(".url"),
+        ],
+    );
+}
+
+fn headers_rules(schema: &mut Schema) {
+    schema::set(schema, "maxItems", MAX_PROMETHEUS_HEADERS);
+    schema::add_rules(
+        schema,
         &[Rule::new(
-            "!has(self.auth) || self.url.lowerAscii().startsWith('https://')",
-            "spec.prometheus.auth needs an https spec.prometheus.url: credentials are never \
-             sent in clear",
-        )
-        .at(".url")],
+            "self.all(h, self.exists_one(o, o.name.lowerAscii() == h.name.lowerAscii()))",
+            "spec.prometheus.headers: each header is named once (names ignore case)",
+        )],
+    );
+}
+
+fn header_rules(schema: &mut Schema) {
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            "has(self.value) != has(self.valueFrom)",
+            "spec.prometheus.headers[]: set exactly one of value and valueFrom",
+        )],
+    );
+}
+
+fn header_name_rules(schema: &mut Schema) {
+    schema::set(schema, "minLength", 1);
+    schema::set(schema, "maxLength", MAX_PROMETHEUS_HEADER_NAME_LENGTH);
+    let forbidden = FORBIDDEN_PROMETHEUS_HEADERS
+        .iter()
+        .map(|name| schema::cel_str(name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    schema::add_rules(
+        schema,
+        &[
+            Rule::new(
+                format!("self.matches({})", schema::cel_str(HEADER_NAME_PATTERN)),
+                "spec.prometheus.headers[].name must be an HTTP header name (letters, digits \
+                 and !#$%&'*+-.^_`|~)",
+            ),
+            Rule::new(
+                format!("!(self.lowerAscii() in [{forbidden}])"),
+                "spec.prometheus.headers[].name cannot be Authorization (use \
+                 spec.prometheus.auth), Host, Accept, Content-Length, Content-Type or a \
+                 hop-by-hop header",
+            ),
+        ],
+    );
+}
+
+fn header_value_rules(schema: &mut Schema) {
+    schema::set(schema, "maxLength", MAX_PROMETHEUS_HEADER_VALUE_LENGTH);
+    schema::add_rules(
+        schema,
+        &[Rule::new(
+            format!(
+                "self.matches({})",
+                schema::cel_str(PROMETHEUS_HEADER_VALUE_PATTERN)
+            ),
+            "spec.prometheus.headers[].value must be printable ASCII, without leading or \
+             trailing spaces",
+        )],
     );
 }
 

@@ -9,12 +9,15 @@ pub mod app;
 pub mod job_gate;
 pub mod leader;
 pub mod notifications;
+mod outbound;
 // A Prometheus answer is a tenant's query's answer: every sum on it is checked.
 #[cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 pub mod prometheus;
 pub mod reconcile;
 pub mod shutdown;
 pub mod telemetry;
+#[cfg(test)]
+mod test_support;
 pub mod validators;
 pub mod web_gate;
 

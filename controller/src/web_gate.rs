@@ -17,24 +17,19 @@
 
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use sha2::{Digest, Sha256};
 
 use crate::gates::verdict::{Answer, QueryResult};
 use crate::gates::web::JsonPathQuery;
+use crate::outbound::{self, CaClients, CaTrust, Cause, ClientError, ClientOptions, read_bounded};
 
 /// Most web gate requests one controller has in flight, to all endpoints together, so
 /// that many gates across many regions queue rather than open hundreds of connections.
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 32;
-
-/// Most HTTP clients kept for CA bundles (one per distinct bundle); past it they are all
-/// dropped and built again on use.
-const MAX_CA_CLIENTS: usize = 64;
 
 /// Longest header name quoted in an error, in characters.
 const MAX_NAME_CHARS: usize = 64;
@@ -170,8 +165,8 @@ pub struct WebGateClient {
     /// sample then reports.
     http: Result<reqwest::Client, WebError>,
     limits: WebLimits,
-    /// Clients trusting only a request's CA bundle, by the bundle's SHA-256.
-    ca_clients: Mutex<HashMap<[u8; 32], reqwest::Client>>,
+    /// Clients trusting only a request's CA bundle, one per distinct bundle.
+    ca_clients: CaClients,
     /// Permits for [`MAX_REQUESTS_IN_FLIGHT`].
     in_flight: tokio::sync::Semaphore,
 }
@@ -191,7 +186,7 @@ impl WebGateClient {
         Self {
             http: http_client(None),
             limits,
-            ca_clients: Mutex::new(HashMap::new()),
+            ca_clients: CaClients::default(),
             in_flight: tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT),
         }
     }
@@ -241,34 +236,20 @@ impl WebGateClient {
         if !status.is_success() {
             return Err(WebError::Status(status.as_u16()));
         }
+        let max_bytes = self.limits.max_bytes;
         read_bounded(
             &mut response,
-            self.limits.max_bytes,
-            &endpoint,
-            request.timeout,
+            max_bytes,
+            || WebError::TooLarge(max_bytes),
+            |error| transport(error, &endpoint, request.timeout),
         )
         .await
     }
 
     /// The client trusting only `bundle`, built once per distinct bundle.
     fn ca_client(&self, bundle: &[u8]) -> Result<reqwest::Client, WebError> {
-        let key: [u8; 32] = Sha256::digest(bundle).into();
-        if let Some(client) = self
-            .ca_clients
-            .lock()
-            .ok()
-            .and_then(|clients| clients.get(&key).cloned())
-        {
-            return Ok(client);
-        }
-        let client = http_client(Some(bundle))?;
-        if let Ok(mut clients) = self.ca_clients.lock() {
-            if clients.len() >= MAX_CA_CLIENTS {
-                clients.clear();
-            }
-            clients.insert(key, client.clone());
-        }
-        Ok(client)
+        self.ca_clients
+            .get_or_build(bundle, |bundle| http_client(Some(bundle)))
     }
 }
 
@@ -276,19 +257,14 @@ impl WebGateClient {
 /// given, else the system's roots. Not bounded in time itself: each request has its own
 /// timeout, enforced around the whole exchange.
 fn http_client(ca_bundle: Option<&[u8]>) -> Result<reqwest::Client, WebError> {
-    // reqwest is built without a provider and panics when none is installed; the binary
-    // installs ring, as here (a no-op when one is installed already).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
-    if let Some(pem) = ca_bundle {
-        let certificates =
-            reqwest::Certificate::from_pem_bundle(pem).map_err(|_| WebError::CaBundle)?;
-        if certificates.is_empty() {
-            return Err(WebError::CaBundle);
-        }
-        builder = builder.tls_certs_only(certificates);
-    }
-    builder.build().map_err(|_| WebError::Client)
+    outbound::http_client(ClientOptions {
+        ca_bundle: ca_bundle.map(|pem| (pem, CaTrust::Only)),
+        ..ClientOptions::default()
+    })
+    .map_err(|error| match error {
+        ClientError::CaBundle => WebError::CaBundle,
+        ClientError::Build => WebError::Client,
+    })
 }
 
 /// `raw` if it is an absolute http(s) URL with a host and without credentials.
@@ -416,166 +392,21 @@ fn transport(error: reqwest::Error, endpoint: &str, timeout: Duration) -> WebErr
 const TLS_FAILURE: &str =
     "TLS handshake failed (the certificate is not trusted or not valid for the host)";
 
-/// What lies at the bottom of a transport error, as far as an error's text cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cause {
-    Tls,
-    Refused,
-    TimedOut,
-    Other,
-}
-
-impl Cause {
-    fn of(error: &(dyn std::error::Error + 'static)) -> Self {
-        /// How deep into an error's sources (and I/O errors' wrapped errors) to look.
-        const MAX_DEPTH: usize = 16;
-        let mut next = Some(error);
-        for _ in 0..MAX_DEPTH {
-            let Some(error) = next else {
-                break;
-            };
-            if error.downcast_ref::<rustls::Error>().is_some() {
-                return Self::Tls;
-            }
-            next = match error.downcast_ref::<std::io::Error>() {
-                Some(io) => {
-                    match io.kind() {
-                        std::io::ErrorKind::ConnectionRefused => return Self::Refused,
-                        std::io::ErrorKind::TimedOut => return Self::TimedOut,
-                        _ => {}
-                    }
-                    // An I/O error's `source` skips the error it wraps: look into it.
-                    io.get_ref()
-                        .map(|inner| inner as &(dyn std::error::Error + 'static))
-                }
-                None => error.source(),
-            };
-        }
-        Self::Other
-    }
-}
-
-/// Reads the body chunk by chunk, giving up as soon as it passes `max_bytes` (or at once
-/// when its announced length does).
-async fn read_bounded(
-    response: &mut reqwest::Response,
-    max_bytes: usize,
-    endpoint: &str,
-    timeout: Duration,
-) -> Result<Vec<u8>, WebError> {
-    let announced = response.content_length();
-    if announced.is_some_and(|length| length > u64::try_from(max_bytes).unwrap_or(u64::MAX)) {
-        return Err(WebError::TooLarge(max_bytes));
-    }
-    let capacity = announced
-        .and_then(|length| usize::try_from(length).ok())
-        .unwrap_or(0)
-        .min(max_bytes);
-    let mut body = Vec::with_capacity(capacity);
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|error| transport(error, endpoint, timeout))?
-    {
-        if chunk.len() > max_bytes.saturating_sub(body.len()) {
-            return Err(WebError::TooLarge(max_bytes));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use std::convert::Infallible;
-    use std::future::Future;
     use std::time::Instant;
 
-    use http_body_util::combinators::BoxBody;
-    use http_body_util::{BodyExt, Full, StreamBody};
-    use hyper::body::{Bytes, Frame, Incoming};
-    use hyper::server::conn::http1;
-    use hyper::service::service_fn;
-    use hyper::{Request, Response, StatusCode};
-    use hyper_util::rt::TokioIo;
+    use hyper::StatusCode;
     use tokio::net::TcpListener;
-    use tokio::sync::mpsc;
 
-    type Body = BoxBody<Bytes, Infallible>;
+    use crate::test_support::{
+        CA_PEM, OTHER_CA_PEM, Seen, endless, redirect, respond, serve, serve_fixed, serve_tls,
+        trickle,
+    };
 
     const SECRET: &str = "s3cr3t-t0ken-9f2e";
-
-    /// One request a test server received.
-    #[derive(Debug, Clone)]
-    struct Seen {
-        method: hyper::Method,
-        uri: hyper::Uri,
-        headers: hyper::HeaderMap,
-        body: Bytes,
-    }
-
-    /// Serves every connection on 127.0.0.1 with `answer`, which gets the request (its
-    /// whole body read); returns the base URL and the requests received, in order.
-    async fn serve<F, Fut>(answer: F) -> (String, mpsc::UnboundedReceiver<Seen>)
-    where
-        F: Fn(Seen) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Response<Body>> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (seen, requests) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (answer, seen) = (answer.clone(), seen.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let (answer, seen) = (answer.clone(), seen.clone());
-                        async move {
-                            let (parts, body) = request.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let request = Seen {
-                                method: parts.method,
-                                uri: parts.uri,
-                                headers: parts.headers,
-                                body,
-                            };
-                            let _ = seen.send(request.clone());
-                            Ok::<_, Infallible>(answer(request).await)
-                        }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        (format!("http://{address}"), requests)
-    }
-
-    fn full(body: impl Into<Bytes>) -> Body {
-        Full::new(body.into()).boxed()
-    }
-
-    fn respond(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-        Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(full(body))
-            .unwrap()
-    }
-
-    async fn serve_fixed(
-        status: StatusCode,
-        body: &'static str,
-    ) -> (String, mpsc::UnboundedReceiver<Seen>) {
-        serve(move |_| async move { respond(status, body) }).await
-    }
 
     fn client() -> WebGateClient {
         WebGateClient::new(WebLimits::default())
@@ -669,13 +500,7 @@ mod tests {
             let location = format!("{elsewhere}/v");
             let (base, mut requests) = serve(move |_| {
                 let location = location.clone();
-                async move {
-                    Response::builder()
-                        .status(status)
-                        .header("location", location)
-                        .body(full(""))
-                        .unwrap()
-                }
+                async move { redirect(status, &location) }
             })
             .await;
             let json_path = path("$.v");
@@ -709,14 +534,7 @@ mod tests {
         );
         // Chunked and endless: abandoned as soon as it passes the cap (were it buffered
         // whole first, this would time out instead).
-        let (base, _) = serve(|_| async {
-            static CHUNK: [u8; 512] = [b' '; 512];
-            let endless = futures::stream::repeat_with(|| {
-                Ok::<_, Infallible>(Frame::data(Bytes::from_static(&CHUNK)))
-            });
-            Response::new(StreamBody::new(endless).boxed())
-        })
-        .await;
+        let (base, _) = serve(|_| async { endless(512) }).await;
         assert_eq!(
             error_text(client.sample(&get(&base, &json_path)).await),
             "the answer is larger than the limit of 1024 bytes"
@@ -754,17 +572,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(3));
 
         // A head at once and then a trickle: the timeout covers reading the body too.
-        let (base, _) = serve(|_| async {
-            let trickle = futures::stream::unfold((), |()| async {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                Some((
-                    Ok::<_, Infallible>(Frame::data(Bytes::from_static(b" "))),
-                    (),
-                ))
-            });
-            Response::new(StreamBody::new(trickle).boxed())
-        })
-        .await;
+        let (base, _) = serve(|_| async { trickle(Duration::from_millis(100)) }).await;
         let mut request = get(&base, &json_path);
         request.timeout = Duration::from_secs(1);
         assert_eq!(
@@ -947,52 +755,13 @@ mod tests {
         assert!(!text.contains("gateway"), "{text}");
     }
 
-    /// An https endpoint on 127.0.0.1 with the Prometheus tests' `server.crt` (signed by
-    /// their `ca.crt`).
-    async fn serve_tls() -> String {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let certificates = CertificateDer::pem_slice_iter(
-            include_bytes!("prometheus/testdata/server.crt").as_slice(),
-        )
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-        let key = PrivateKeyDer::from_pem_slice(include_bytes!("prometheus/testdata/server.key"))
-            .unwrap();
-        let config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(certificates, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(stream) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = service_fn(|_: Request<Incoming>| async {
-                        Ok::<_, Infallible>(respond(StatusCode::OK, r#"{"v": 3}"#))
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        format!("https://127.0.0.1:{}/", address.port())
-    }
-
     #[tokio::test]
     async fn https_trusts_only_the_given_ca_bundle() {
-        let url = serve_tls().await;
+        let (url, _) = serve_tls(|_| async { respond(StatusCode::OK, r#"{"v": 3}"#) }).await;
         let json_path = path("$.v");
         let client = client();
         let trusting = WebRequest {
-            ca_bundle: Some(include_bytes!("prometheus/testdata/ca.crt")),
+            ca_bundle: Some(CA_PEM),
             ..get(&url, &json_path)
         };
         assert_eq!(
@@ -1000,7 +769,7 @@ mod tests {
             QueryResult::Scalar(3.0)
         );
         let other = WebRequest {
-            ca_bundle: Some(include_bytes!("prometheus/testdata/other-ca.crt")),
+            ca_bundle: Some(OTHER_CA_PEM),
             ..get(&url, &json_path)
         };
         let text = error_text(client.sample(&other).await);

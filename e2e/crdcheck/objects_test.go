@@ -322,6 +322,26 @@ func TestInvalidObjectsAreRefusedWithAMessageNamingTheField(t *testing.T) {
 			map[string]string{"spec.prometheus.auth.caKey": "certs/ca.crt"}, "spec.prometheus.auth.caKey must be a valid Secret key"},
 		{"prometheus Secret name not a DNS subdomain", "Region", "region-prometheus-auth.yaml",
 			map[string]string{"spec.prometheus.auth.secretRef.name": "Prometheus_Creds"}, "spec.prometheus.auth.secretRef.name must be a DNS-1123 subdomain"},
+		{"prometheus header Authorization", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.0.name": "authorization"}, "spec.prometheus.headers[].name cannot be Authorization"},
+		{"prometheus header hop-by-hop", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.1.name": "Transfer-Encoding"}, "spec.prometheus.headers[].name cannot be Authorization"},
+		{"prometheus header name with a value in it", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.0.name": `"X-Scope-OrgID: team-a"`}, "spec.prometheus.headers[].name must be an HTTP header name"},
+		{"prometheus header named twice", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.1.name": "x-scope-orgid"}, "spec.prometheus.headers: each header is named once"},
+		{"prometheus header with a value and a Secret", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.1.value": "x"}, "spec.prometheus.headers[]: set exactly one of value and valueFrom"},
+		{"prometheus header with no value", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.0.value": "~delete"}, "spec.prometheus.headers[]: set exactly one of value and valueFrom"},
+		{"prometheus header value with a line break", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.0.value": `"team-a\r\nX-Injected: 1"`}, "spec.prometheus.headers[].value must be printable ASCII"},
+		{"prometheus header Secret key with a slash", "Region", "region-prometheus-auth.yaml",
+			map[string]string{"spec.prometheus.headers.1.valueFrom.key": "keys/api"}, "spec.prometheus.headers[].valueFrom.key must be a valid Secret key"},
+		{"prometheus header from a Secret over http", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.headers": "[{name: X-Api-Key, valueFrom: {name: keys, key: api}}]"}, "spec.prometheus.headers[].valueFrom needs an https spec.prometheus.url"},
+		{"more than 8 prometheus headers", "Region", "region.yaml",
+			map[string]string{"spec.prometheus.headers": "[{name: a, value: v}, {name: b, value: v}, {name: c, value: v}, {name: d, value: v}, {name: e, value: v}, {name: f, value: v}, {name: g, value: v}, {name: h, value: v}, {name: i, value: v}]"}, "spec.prometheus.headers"},
 		{"approval of a revision not named rN", "StageApproval", "stageapproval.yaml",
 			map[string]string{"spec.revision": "3"}, "spec.revision must be a revision name"},
 		{"approval without approver", "StageApproval", "stageapproval.yaml",
@@ -502,6 +522,16 @@ func TestLargestRolloutStaysWithinTheRuntimeBudget(t *testing.T) {
 	set(t, obj, "spec.data", data)
 	if _, errs := k.Admit(obj, nil); len(errs) > 0 {
 		t.Fatalf("largest rollout refused: %v", errs.ToAggregate())
+	}
+}
+
+// A literal header (a tenant id) needs no https: only values from Secrets do.
+func TestLiteralPrometheusHeadersAreAdmittedOverHTTP(t *testing.T) {
+	k := kinds(t)["Region"]
+	obj := fixture(t, "region.yaml")
+	set(t, obj, "spec.prometheus.headers", parse(t, "[{name: X-Scope-OrgID, value: 'team-a|team-b'}, {name: X-Note, value: 'two words'}]"))
+	if _, errs := k.Admit(obj, nil); len(errs) > 0 {
+		t.Errorf("refused: %v", errs.ToAggregate())
 	}
 }
 

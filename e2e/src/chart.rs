@@ -51,12 +51,21 @@ pub struct Helm {
 impl Helm {
     /// Builds Helm when needed (see [`crate::gobuild::ensure_helm`]).
     pub fn ensure() -> Result<Helm, LabError> {
-        let binary = crate::gobuild::ensure_helm()?;
+        crate::gobuild::ensure_helm().map(Helm::at)
+    }
+
+    /// Builds Helm 3 when needed (see [`crate::gobuild::ensure_helm3`]).
+    pub fn ensure_v3() -> Result<Helm, LabError> {
+        crate::gobuild::ensure_helm3().map(Helm::at)
+    }
+
+    /// The Helm `binary`, its homes beside it.
+    fn at(binary: PathBuf) -> Helm {
         let home = binary
             .parent()
             .map(|dir| dir.join("home"))
             .unwrap_or_else(|| PathBuf::from("helm-home"));
-        Ok(Helm { binary, home })
+        Helm { binary, home }
     }
 
     /// The binary.

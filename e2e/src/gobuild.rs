@@ -205,6 +205,38 @@ pub fn ensure_helm() -> Result<PathBuf, LabError> {
     ensure_tool(&module, "helm.sh/helm/v4/cmd/helm", "helm", &ldflags)
 }
 
+/// The Go module that pins Helm 3 (`e2e/tools/helm3`), the chart's other supported
+/// major: the chart tests lint and render with it too.
+pub fn helm3_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join("helm3")
+}
+
+/// Returns Helm 3 (`helm.sh/helm/v3/cmd/helm`, the version `e2e/tools/helm3/go.mod`
+/// requires), built into `e2e/.cache/helm3/` like [`ensure_helm`].
+pub fn ensure_helm3() -> Result<PathBuf, LabError> {
+    let module = helm3_module_dir();
+    let version = required_version(&module, "helm.sh/helm/v3")?;
+    // As Helm 3's release build stamps them: without the Kubernetes version of its
+    // client-go, `helm template` and `helm lint` take the cluster for v1.20.0 and refuse
+    // any chart requiring more.
+    let client_go = required_version(&module, "k8s.io/client-go")?;
+    let minor = client_go
+        .trim_start_matches("v0.")
+        .split('.')
+        .next()
+        .unwrap_or_default();
+    let mut ldflags = format!("-X helm.sh/helm/v3/internal/version.version={version}");
+    for package in ["pkg/lint/rules", "pkg/chartutil"] {
+        ldflags.push_str(&format!(
+            " -X helm.sh/helm/v3/{package}.k8sVersionMajor=1 \
+             -X helm.sh/helm/v3/{package}.k8sVersionMinor={minor}"
+        ));
+    }
+    ensure_tool(&module, "helm.sh/helm/v3/cmd/helm", "helm3", &ldflags)
+}
+
 /// Returns controller-gen (`sigs.k8s.io/controller-tools`, a `tool` of
 /// `e2e/tools/monitoring`), built into `e2e/.cache/controller-gen/` like [`ensure_helm`].
 pub fn ensure_controller_gen() -> Result<PathBuf, LabError> {

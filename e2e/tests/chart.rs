@@ -1,7 +1,8 @@
 //! The Helm chart (`deploy/chart`) without a cluster: `helm lint`, `helm template`, the
 //! values schema, agreement with the kustomize base object by object, the files generated
-//! from it, and the alert rules under `promtool`. Helm is built from Go modules
-//! (`e2e/tools/helm`) and cached, like the lab's programs.
+//! from it, and the alert rules under `promtool`. Helm 4 is built from Go modules
+//! (`e2e/tools/helm`) and cached, like the lab's programs; Helm 3 (`e2e/tools/helm3`)
+//! lints the chart and renders it too, and must render what Helm 4 does.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,6 +21,11 @@ use serde_json::Value;
 fn helm() -> &'static Helm {
     static HELM: OnceLock<Helm> = OnceLock::new();
     HELM.get_or_init(|| Helm::ensure().expect("helm builds from e2e/tools/helm"))
+}
+
+fn helm3() -> &'static Helm {
+    static HELM3: OnceLock<Helm> = OnceLock::new();
+    HELM3.get_or_init(|| Helm::ensure_v3().expect("helm 3 builds from e2e/tools/helm3"))
 }
 
 fn render(sets: &[&str]) -> String {
@@ -61,6 +67,53 @@ fn helm_lint_passes_with_defaults_and_every_toggle() {
             "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboard.enabled=true",
         ])
         .expect("helm lint with the ServiceMonitor, PrometheusRule and dashboard");
+}
+
+/// The chart serves Helm 3 and Helm 4 alike: Helm 3 lints it strictly, and renders,
+/// with the defaults and with every toggle, exactly what Helm 4 renders (which the other
+/// tests check).
+#[test]
+fn helm_3_lints_the_chart_and_renders_what_helm_4_renders() {
+    let dir = chart::chart_dir();
+    let toggles = "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboard.enabled=true";
+    helm3()
+        .run(["lint", "--strict", &dir.to_string_lossy(), "--set", toggles])
+        .expect("helm 3 lint with the ServiceMonitor, PrometheusRule and dashboard");
+    for sets in [&[][..], &[toggles][..]] {
+        let by_helm3 = helm3()
+            .template(sets)
+            .unwrap_or_else(|e| panic!("helm 3 template {sets:?}: {e}"));
+        // Object by object, labels included: Helm 4 only adds a blank line before each
+        // `---`.
+        let by_helm3 = chart::documents(&by_helm3).expect("helm 3's documents");
+        let by_helm4 = chart::documents(&render(sets)).expect("helm 4's documents");
+        assert!(by_helm4.len() >= 8, "{} objects", by_helm4.len());
+        assert!(
+            by_helm3 == by_helm4,
+            "helm 3 and helm 4 render {sets:?} differently"
+        );
+    }
+}
+
+/// `kubeVersion` holds the hub to the Kubernetes the CRDs need (selectable fields, GA in
+/// 1.32), under either Helm.
+#[test]
+fn the_chart_requires_the_hubs_minimum_kubernetes() {
+    let dir = chart::chart_dir();
+    let dir = dir.to_string_lossy();
+    for (name, helm) in [("helm 4", helm()), ("helm 3", helm3())] {
+        let at = |version: &str| {
+            helm.run(["template", "configrollout", &dir, "--kube-version", version])
+        };
+        at("v1.32.0").unwrap_or_else(|e| panic!("{name} on Kubernetes 1.32: {e}"));
+        let refused = at("v1.31.14")
+            .expect_err("Kubernetes 1.31 is refused")
+            .to_string();
+        assert!(
+            refused.contains("chart requires kubeVersion: >=1.32.0-0"),
+            "{name}: {refused}"
+        );
+    }
 }
 
 #[test]
@@ -230,7 +283,7 @@ fn every_controller_flag_can_be_set_through_the_chart() {
         assert!(
             set || fixed_by_the_chart.contains(&flag.as_str()),
             "--{flag} cannot be set through the chart: add a value (values.yaml, \
-             values.schema.json, templates/deployment.yaml, README)"
+             values.schema.json, templates/deployment.yaml, docs/install.md)"
         );
     }
 
@@ -432,17 +485,17 @@ fn dashboard_and_rules_name_controller_metrics() {
     }
 }
 
-/// The README's kustomize overlay (taken from the README, not copied) sets the image and
-/// adds flags to the base, and the controller accepts the result.
+/// The kustomize overlay of the install guide (taken from `docs/install.md`, not copied)
+/// sets the image and adds flags to the base, and the controller accepts the result.
 #[test]
-fn the_readmes_kustomize_overlay_sets_the_image_and_flags() {
+fn the_install_guides_kustomize_overlay_sets_the_image_and_flags() {
     let root = repository_root();
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let block = readme
+    let guide = std::fs::read_to_string(root.join("docs/install.md")).expect("docs/install.md");
+    let block = guide
         .split("```yaml\n")
         .find(|block| block.starts_with("# kustomization.yaml of your overlay"))
         .and_then(|block| block.split("```").next())
-        .expect("the README has the overlay block");
+        .expect("docs/install.md has the overlay block");
     let mut overlay: Value = serde_saphyr::from_str(block).expect("the overlay parses");
     // Its `resources` names where a reader keeps the repository; here, this checkout (a
     // relative path: kustomize refuses an absolute one), from a directory two below it.

@@ -9,7 +9,7 @@
 //! file's text: they end up in `Region.status.lastError` and rollout status, which tenants
 //! read.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -20,9 +20,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
 use super::object_cache::{self, KeptObjects, RegionObjects, RegionWatches};
-use super::prometheus_credentials::{CredentialError, credentials_from};
+use super::prometheus_credentials::{CredentialError, endpoint_credentials, secrets_named};
 use super::store::CALL_TIMEOUT;
-use configrollout_api::{PrometheusAuth, Region, SecretKeyRef};
+use configrollout_api::{PrometheusEndpoint, Region, SecretKeyRef};
 use configrollout_core::gates::Credentials;
 
 mod answer_limit;
@@ -100,11 +100,11 @@ struct CachedClient {
     watches: Arc<RegionWatches>,
 }
 
-/// A region's Prometheus credentials, what they were read for (the Region's `auth`) and
-/// the Secret's resourceVersion.
+/// A region's Prometheus credentials, what they were read for (the Region's
+/// `spec.prometheus`) and the resourceVersion of each Secret read for them, by name.
 struct CachedCredentials {
-    auth: PrometheusAuth,
-    version: Option<String>,
+    endpoint: PrometheusEndpoint,
+    versions: Vec<(String, Option<String>)>,
     credentials: Arc<Credentials>,
 }
 
@@ -241,59 +241,82 @@ impl RegionClients {
         Ok(client)
     }
 
-    /// The credentials of `region`'s Prometheus (`spec.prometheus.auth`), from the
-    /// Secret it names in the controller's namespace, read again only when the watch sees
-    /// the Secret change; `None` when the Region names none.
+    /// The credentials of `region`'s Prometheus (`spec.prometheus.auth`) and the headers
+    /// its queries carry (`spec.prometheus.headers`), from the Secrets they name in the
+    /// controller's namespace, read again only when the watch sees one of them change;
+    /// `None` when the Region names neither.
     pub async fn prometheus_credentials(
         &self,
         region: &Region,
     ) -> Option<Result<Arc<Credentials>, CredentialError>> {
-        let auth = region.spec.prometheus.as_ref()?.auth.as_ref()?;
-        Some(self.read_prometheus_credentials(region, auth).await)
+        let prometheus = region.spec.prometheus.as_ref()?;
+        if prometheus.auth.is_none() && prometheus.headers.is_empty() {
+            return None;
+        }
+        Some(self.read_prometheus_credentials(region, prometheus).await)
     }
 
     async fn read_prometheus_credentials(
         &self,
         region: &Region,
-        auth: &PrometheusAuth,
+        prometheus: &PrometheusEndpoint,
     ) -> Result<Arc<Credentials>, CredentialError> {
-        let reference = &auth.secret_ref;
-        // Checked before reading, as for kubeconfigs.
-        if reference.namespace != self.policy.controller_namespace {
+        let namespace = self.policy.controller_namespace.as_str();
+        // Checked before reading, as for kubeconfigs. Headers' Secrets name no namespace:
+        // they are always read from the controller's.
+        if let Some(auth) = &prometheus.auth
+            && auth.secret_ref.namespace != namespace
+        {
             return Err(CredentialError::OutsideControllerNamespace {
-                namespace: reference.namespace.clone(),
-                required: self.policy.controller_namespace.clone(),
+                namespace: auth.secret_ref.namespace.clone(),
+                required: namespace.to_owned(),
             });
         }
         let name = region.metadata.name.clone().unwrap_or_default();
-        if let Some(watched) = self.watched_version(&reference.namespace, &reference.name)
-            && let Some(credentials) = self.cached_credentials(&name, auth, watched.as_deref())
+        let secret_names = secrets_named(prometheus);
+        let watched: Option<Vec<(String, Option<String>)>> = secret_names
+            .iter()
+            .map(|secret| {
+                self.watched_version(namespace, secret)
+                    .map(|version| ((*secret).to_owned(), version))
+            })
+            .collect();
+        if let Some(versions) = watched
+            && let Some(credentials) = self.cached_credentials(&name, prometheus, &versions)
         {
             return Ok(credentials);
         }
-        let secret = self
-            .read_secret(
-                &reference.namespace,
-                &reference.name,
-                "read Prometheus credentials Secret",
-            )
-            .await
-            .map_err(|reason| CredentialError::Unreadable {
-                namespace: reference.namespace.clone(),
-                name: reference.name.clone(),
-                reason,
-            })?;
-        let version = secret.metadata.resource_version.clone();
-        if let Some(credentials) = self.cached_credentials(&name, auth, version.as_deref()) {
+        let mut secrets = BTreeMap::new();
+        for secret_name in secret_names {
+            let secret = self
+                .read_secret(namespace, secret_name, "read Prometheus credentials Secret")
+                .await
+                .map_err(|reason| CredentialError::Unreadable {
+                    namespace: namespace.to_owned(),
+                    name: secret_name.to_owned(),
+                    reason,
+                })?;
+            secrets.insert(secret_name.to_owned(), secret);
+        }
+        let versions: Vec<(String, Option<String>)> = secrets
+            .iter()
+            .map(|(secret_name, secret)| {
+                (
+                    secret_name.clone(),
+                    secret.metadata.resource_version.clone(),
+                )
+            })
+            .collect();
+        if let Some(credentials) = self.cached_credentials(&name, prometheus, &versions) {
             return Ok(credentials);
         }
-        let credentials = Arc::new(credentials_from(auth, &secret)?);
+        let credentials = Arc::new(endpoint_credentials(prometheus, namespace, &secrets)?);
         if let Ok(mut cache) = self.prometheus.lock() {
             cache.insert(
                 name,
                 CachedCredentials {
-                    auth: auth.clone(),
-                    version,
+                    endpoint: prometheus.clone(),
+                    versions,
                     credentials: credentials.clone(),
                 },
             );
@@ -301,16 +324,17 @@ impl RegionClients {
         Ok(credentials)
     }
 
-    /// The cached credentials of `region` when they were read for `auth` at `version`.
+    /// The cached credentials of `region` when they were read for `prometheus` from the
+    /// Secrets at `versions`.
     fn cached_credentials(
         &self,
         region: &str,
-        auth: &PrometheusAuth,
-        version: Option<&str>,
+        prometheus: &PrometheusEndpoint,
+        versions: &[(String, Option<String>)],
     ) -> Option<Arc<Credentials>> {
         let cache = self.prometheus.lock().ok()?;
         let cached = cache.get(region)?;
-        (cached.auth == *auth && cached.version.as_deref() == version)
+        (cached.endpoint == *prometheus && cached.versions == versions)
             .then(|| cached.credentials.clone())
     }
 

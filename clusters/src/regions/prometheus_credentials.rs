@@ -1,13 +1,21 @@
 //! Credentials for a Region's Prometheus (`spec.prometheus.auth`): keys of one Secret in
 //! the controller's namespace, where tenants cannot write, as for kubeconfigs
-//! ([`super::clients`], which reads, caches and rebuilds them when the Secret changes).
+//! ([`super::clients`], which reads, caches and rebuilds them when the Secret changes);
+//! and the extra headers its queries carry (`spec.prometheus.headers`), literal or from
+//! keys of Secrets in the same namespace.
 //!
 //! Values are checked before use (sizes bounded, header-safe), and no error quotes them:
 //! errors end up in the gate samples of rollout status, which tenants read.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::core::v1::Secret;
 
-use configrollout_api::PrometheusAuth;
+use configrollout_api::{
+    HEADER_NAME_PATTERN, MAX_PROMETHEUS_HEADER_NAME_LENGTH, MAX_PROMETHEUS_HEADER_VALUE_LENGTH,
+    MAX_PROMETHEUS_HEADERS, PrometheusAuth, PrometheusEndpoint, is_forbidden_prometheus_header,
+    is_header_name,
+};
 use configrollout_core::gates::{Authorization, Credentials};
 
 /// Largest bearer token, user name or password accepted.
@@ -50,6 +58,21 @@ pub enum CredentialError {
         /// The key the Region names.
         key: String,
     },
+    /// A header of `spec.prometheus.headers` cannot be sent (what a CRD of this version
+    /// refuses, for a hub with an older one).
+    #[error("spec.prometheus.headers[{index}]: {problem}")]
+    BadHeader {
+        /// Its index in the list.
+        index: usize,
+        /// What is wrong, in words that quote nothing of its value.
+        problem: String,
+    },
+    /// A header's value read from a Secret would go over plain http.
+    #[error(
+        "spec.prometheus.headers[].valueFrom needs an https spec.prometheus.url: Secret values \
+         are never sent in clear"
+    )]
+    SecretHeaderOverHttp,
     /// The key's value cannot be used for what the Region names it for.
     #[error("Secret {namespace}/{name} key {key:?} {problem}")]
     Unusable {
@@ -73,6 +96,143 @@ enum Use {
     Username,
     /// A basic-auth password: no control characters.
     Password,
+}
+
+/// The names of the Secrets `prometheus` reads, in the controller's namespace: the one
+/// its `auth` names and those its headers' `valueFrom` name, each once.
+pub fn secrets_named(prometheus: &PrometheusEndpoint) -> BTreeSet<&str> {
+    prometheus
+        .auth
+        .iter()
+        .map(|auth| auth.secret_ref.name.as_str())
+        .chain(
+            prometheus
+                .headers
+                .iter()
+                .filter_map(|header| header.value_from.as_ref())
+                .map(|from| from.name.as_str()),
+        )
+        .collect()
+}
+
+/// The credentials and headers `prometheus` names, from `secrets` (by name: those
+/// [`secrets_named`] lists, read from the controller's `namespace`).
+pub fn endpoint_credentials(
+    prometheus: &PrometheusEndpoint,
+    namespace: &str,
+    secrets: &BTreeMap<String, Secret>,
+) -> Result<Credentials, CredentialError> {
+    let secret = |name: &str| {
+        secrets
+            .get(name)
+            .ok_or_else(|| CredentialError::Unreadable {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: "not read".to_owned(),
+            })
+    };
+    let mut credentials = match &prometheus.auth {
+        Some(auth) => credentials_from(auth, secret(&auth.secret_ref.name)?)?,
+        None => Credentials::default(),
+    };
+    if prometheus.headers.len() > usize::try_from(MAX_PROMETHEUS_HEADERS).unwrap_or(usize::MAX) {
+        return Err(CredentialError::BadHeader {
+            index: prometheus.headers.len().saturating_sub(1),
+            problem: format!("at most {MAX_PROMETHEUS_HEADERS} headers can be given"),
+        });
+    }
+    let mut names = BTreeSet::new();
+    for (index, header) in prometheus.headers.iter().enumerate() {
+        let bad = |problem: String| CredentialError::BadHeader { index, problem };
+        if !is_short_header_name(&header.name) {
+            return Err(bad(format!(
+                "the name is not an HTTP header name of at most \
+                 {MAX_PROMETHEUS_HEADER_NAME_LENGTH} characters (pattern {HEADER_NAME_PATTERN})"
+            )));
+        }
+        if is_forbidden_prometheus_header(&header.name) {
+            return Err(bad(format!(
+                "{} cannot be set: the controller sets it, or it is a credential (use \
+                 spec.prometheus.auth) or hop-by-hop",
+                header.name
+            )));
+        }
+        if !names.insert(header.name.to_ascii_lowercase()) {
+            return Err(bad(format!(
+                "{} is named twice (names ignore case)",
+                header.name
+            )));
+        }
+        let value = match (&header.value, &header.value_from) {
+            (Some(value), None) => {
+                let length = u64::try_from(value.len()).unwrap_or(u64::MAX);
+                if length > MAX_PROMETHEUS_HEADER_VALUE_LENGTH || !is_header_value(value) {
+                    return Err(bad(format!(
+                        "the value of {} must be printable ASCII, at most \
+                         {MAX_PROMETHEUS_HEADER_VALUE_LENGTH} characters",
+                        header.name
+                    )));
+                }
+                value.clone()
+            }
+            (None, Some(from)) => {
+                let unusable = |problem: &'static str| CredentialError::Unusable {
+                    namespace: namespace.to_owned(),
+                    name: from.name.clone(),
+                    key: from.key.clone(),
+                    problem,
+                };
+                let raw = secret(&from.name)?
+                    .data
+                    .as_ref()
+                    .and_then(|data| data.get(&from.key))
+                    .ok_or_else(|| CredentialError::MissingKey {
+                        namespace: namespace.to_owned(),
+                        name: from.name.clone(),
+                        key: from.key.clone(),
+                    })?;
+                if raw.0.len() > MAX_CREDENTIAL_BYTES {
+                    return Err(unusable("is larger than 16 KiB"));
+                }
+                let value = std::str::from_utf8(&raw.0)
+                    .map_err(|_| unusable("is not UTF-8 text"))?
+                    .trim();
+                if value.is_empty() {
+                    return Err(unusable("is empty"));
+                }
+                if !is_header_value(value) {
+                    return Err(unusable(
+                        "holds characters a header value cannot have (control or non-ASCII \
+                         characters)",
+                    ));
+                }
+                credentials.secret_headers = true;
+                value.to_owned()
+            }
+            _ => return Err(bad("set exactly one of value and valueFrom".to_owned())),
+        };
+        credentials.headers.push((header.name.clone(), value));
+    }
+    if credentials.secret_headers && !prometheus.url.to_ascii_lowercase().starts_with("https://") {
+        return Err(CredentialError::SecretHeaderOverHttp);
+    }
+    Ok(credentials)
+}
+
+/// Whether `name` is an HTTP header name of a length the CRD accepts.
+fn is_short_header_name(name: &str) -> bool {
+    is_header_name(name)
+        && u64::try_from(name.len()).is_ok_and(|length| length <= MAX_PROMETHEUS_HEADER_NAME_LENGTH)
+}
+
+/// Whether `value` may be sent as a header's value: printable ASCII, with spaces or tabs
+/// only between printable characters.
+fn is_header_value(value: &str) -> bool {
+    value.trim() == value
+        && !value.is_empty()
+        && value
+            .bytes()
+            .all(|byte| byte.is_ascii_graphic() || byte == b' ' || byte == b'\t')
 }
 
 /// The credentials `auth` names, from `secret` (the one its `secretRef` names).
@@ -182,6 +342,7 @@ pub fn credentials_from(
     Ok(Credentials {
         authorization,
         ca_bundle,
+        ..Credentials::default()
     })
 }
 
@@ -192,7 +353,7 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
-    use configrollout_api::SecretRef;
+    use configrollout_api::{HeaderSecretKey, PrometheusHeader, SecretRef};
 
     fn auth() -> PrometheusAuth {
         PrometheusAuth {
@@ -235,6 +396,7 @@ mod tests {
             Credentials {
                 authorization: Some(Authorization::Bearer("abc.def-123".into())),
                 ca_bundle: Some(b"PEM".to_vec()),
+                ..Credentials::default()
             }
         );
         let basic = PrometheusAuth {
@@ -356,6 +518,176 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("names no key")
+        );
+    }
+
+    fn literal(name: &str, value: &str) -> PrometheusHeader {
+        PrometheusHeader {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        }
+    }
+
+    fn from_secret(name: &str, secret: &str, key: &str) -> PrometheusHeader {
+        PrometheusHeader {
+            name: name.into(),
+            value: None,
+            value_from: Some(HeaderSecretKey {
+                name: secret.into(),
+                key: key.into(),
+            }),
+        }
+    }
+
+    fn endpoint(
+        auth: Option<PrometheusAuth>,
+        headers: Vec<PrometheusHeader>,
+    ) -> PrometheusEndpoint {
+        PrometheusEndpoint {
+            url: "https://mimir.eu-1.example/prometheus".into(),
+            auth,
+            headers,
+        }
+    }
+
+    fn read(secrets: &[(&str, Secret)]) -> BTreeMap<String, Secret> {
+        secrets
+            .iter()
+            .map(|(name, secret)| ((*name).to_owned(), secret.clone()))
+            .collect()
+    }
+
+    const NAMESPACE: &str = "configrollout-system";
+
+    #[test]
+    fn headers_come_literal_or_from_the_auth_secret_or_another() {
+        let prometheus = endpoint(
+            Some(PrometheusAuth {
+                bearer_token_key: Some("token".into()),
+                ..auth()
+            }),
+            vec![
+                literal("X-Scope-OrgID", "team-a|team-b"),
+                from_secret("X-Api-Key", "eu-1-prometheus", "api-key"),
+                from_secret("X-Other", "gateway-keys", "eu-1"),
+            ],
+        );
+        assert_eq!(
+            secrets_named(&prometheus).into_iter().collect::<Vec<_>>(),
+            ["eu-1-prometheus", "gateway-keys"]
+        );
+        let secrets = read(&[
+            (
+                "eu-1-prometheus",
+                secret(&[("token", b"t0ken"), ("api-key", b" k3y value\n")]),
+            ),
+            ("gateway-keys", secret(&[("eu-1", b"other")])),
+        ]);
+        let credentials = endpoint_credentials(&prometheus, NAMESPACE, &secrets).unwrap();
+        assert_eq!(
+            credentials.authorization,
+            Some(Authorization::Bearer("t0ken".into()))
+        );
+        assert_eq!(
+            credentials.headers,
+            [
+                ("X-Scope-OrgID".to_owned(), "team-a|team-b".to_owned()),
+                ("X-Api-Key".to_owned(), "k3y value".to_owned()),
+                ("X-Other".to_owned(), "other".to_owned()),
+            ]
+        );
+        assert!(credentials.secret_headers && credentials.need_https());
+
+        // Literal headers alone: no Secret, and http is fine.
+        let tenant = PrometheusEndpoint {
+            url: "http://mimir.monitoring:8080/prometheus".into(),
+            ..endpoint(None, vec![literal("X-Scope-OrgID", "team-a")])
+        };
+        assert!(secrets_named(&tenant).is_empty());
+        let credentials = endpoint_credentials(&tenant, NAMESPACE, &BTreeMap::new()).unwrap();
+        assert_eq!(credentials.headers.len(), 1);
+        assert!(!credentials.need_https());
+    }
+
+    #[test]
+    fn unusable_headers_are_refused_without_quoting_a_value() {
+        let keys = secret(&[
+            ("ok", b"fine"),
+            ("bad", b"s3cr3t\r\nInjected: 1"),
+            ("blank", b" \n"),
+            ("latin", "s3cr3t\u{e9}".as_bytes()),
+        ]);
+        let secrets = read(&[("keys", keys)]);
+        let cases: Vec<(Vec<PrometheusHeader>, &str)> = vec![
+            (
+                vec![from_secret("X-Key", "keys", "bad")],
+                "Secret configrollout-system/keys key \"bad\" holds characters a header value \
+                 cannot have",
+            ),
+            (
+                vec![from_secret("X-Key", "keys", "latin")],
+                "key \"latin\" holds characters a header value cannot have",
+            ),
+            (
+                vec![from_secret("X-Key", "keys", "blank")],
+                "key \"blank\" is empty",
+            ),
+            (
+                vec![from_secret("X-Key", "keys", "missing")],
+                "Secret configrollout-system/keys has no key \"missing\"",
+            ),
+            (
+                vec![from_secret("X-Key", "unread", "ok")],
+                "reading Secret configrollout-system/unread: not read",
+            ),
+            (
+                vec![literal("Authorization", "Bearer s3cr3t")],
+                "spec.prometheus.headers[0]: Authorization cannot be set",
+            ),
+            (
+                vec![literal("X-A", "1"), literal("transfer-encoding", "chunked")],
+                "spec.prometheus.headers[1]: transfer-encoding cannot be set",
+            ),
+            (
+                vec![literal("Authorization: Bearer s3cr3t", "x")],
+                "spec.prometheus.headers[0]: the name is not an HTTP header name",
+            ),
+            (
+                vec![literal("X-Tenant", "a"), literal("x-tenant", "b")],
+                "spec.prometheus.headers[1]: x-tenant is named twice",
+            ),
+            (
+                vec![literal("X-Tenant", "s3cr3t\n")],
+                "spec.prometheus.headers[0]: the value of X-Tenant must be printable ASCII",
+            ),
+            (
+                vec![PrometheusHeader {
+                    value: Some("s3cr3t".into()),
+                    ..from_secret("X-Key", "keys", "ok")
+                }],
+                "set exactly one of value and valueFrom",
+            ),
+            (
+                (0..9).map(|i| literal(&format!("X-{i}"), "v")).collect(),
+                "at most 8 headers",
+            ),
+        ];
+        for (headers, expected) in cases {
+            let error = endpoint_credentials(&endpoint(None, headers), NAMESPACE, &secrets)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{error}");
+            assert!(!error.contains("s3cr3t"), "{error}");
+        }
+        // A Secret's value over http is refused; a literal one is not.
+        let over_http = PrometheusEndpoint {
+            url: "http://mimir.monitoring:8080".into(),
+            ..endpoint(None, vec![from_secret("X-Key", "keys", "ok")])
+        };
+        assert_eq!(
+            endpoint_credentials(&over_http, NAMESPACE, &secrets),
+            Err(CredentialError::SecretHeaderOverHttp)
         );
     }
 }

@@ -14,22 +14,26 @@
 //! that the engine counts no answer evaluated before its gate window opened; a redirect
 //! is never followed (it could lead anywhere, https to http included); and credentials
 //! come only from the Region's `spec.prometheus.auth` Secret, over https, never from
-//! the URL.
+//! the URL. The Region's extra headers (`spec.prometheus.headers`, a tenant's
+//! `X-Scope-OrgID`, say) go with every query, those read from a Secret over https only;
+//! no error nor `Debug` shows a header's value.
 
 mod answer;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::api::is_forbidden_prometheus_header;
 use crate::gates::provider::{
     Access, Authorization, GateProvider, SampleFuture, SampleSource, SeriesAnswer, SeriesFuture,
     Span,
 };
 use crate::gates::verdict::{Answer, QueryResult};
+use crate::outbound::{
+    self, CaClients, CaTrust, ClientError, ClientOptions, read_bounded, tls_failure,
+};
 use answer::{parse_answer, parse_series};
 /// How long one query may take, end to end, before the sample is Inconclusive.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -44,10 +48,6 @@ pub const MAX_ERROR_CHARS: usize = 200;
 
 /// How long connecting to a Prometheus may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Most HTTP clients kept for CA bundles of Regions (one per distinct bundle); past it
-/// they are all dropped and built again on use.
-const MAX_CA_CLIENTS: usize = 64;
 
 /// How much of a Prometheus answer the controller accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +96,12 @@ pub enum QueryError {
         "spec.prometheus.auth needs an https spec.prometheus.url: credentials are never sent in clear"
     )]
     CredentialsOverHttp,
+    /// A header value read from a Secret would go over plain http.
+    #[error(
+        "spec.prometheus.headers[].valueFrom needs an https spec.prometheus.url: Secret values \
+         are never sent in clear"
+    )]
+    SecretHeadersOverHttp,
     /// The Region's credentials cannot be had or used.
     #[error("Prometheus credentials: {0}")]
     Credentials(String),
@@ -199,21 +205,20 @@ const SCOPED_PARTIAL: &str = "Prometheus warned that the answer may be incomplet
 /// The HTTP client gate samples go through: bounded in time, following no redirect, and
 /// trusting only `ca_bundle`'s certificates (PEM) when given, else the system's roots.
 pub fn http_client(ca_bundle: Option<&[u8]>) -> Result<reqwest::Client, QueryError> {
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(QUERY_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(pem) = ca_bundle {
-        let unusable = || QueryError::Credentials("the CA bundle holds no PEM certificate".into());
-        let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| unusable())?;
-        if certificates.is_empty() {
-            return Err(unusable());
-        }
-        builder = builder.tls_certs_only(certificates);
-    }
-    builder
-        .build()
-        .map_err(|_| QueryError::Credentials("no HTTP client can be built with them".into()))
+    outbound::http_client(ClientOptions {
+        ca_bundle: ca_bundle.map(|pem| (pem, CaTrust::Only)),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        timeout: Some(QUERY_TIMEOUT),
+    })
+    .map_err(|error| {
+        QueryError::Credentials(
+            match error {
+                ClientError::CaBundle => "the CA bundle holds no PEM certificate",
+                ClientError::Build => "no HTTP client can be built with them",
+            }
+            .into(),
+        )
+    })
 }
 
 /// Takes gate samples with instant queries over HTTP.
@@ -221,8 +226,8 @@ pub struct PrometheusProvider {
     http: reqwest::Client,
     default_url: Option<String>,
     limits: ResponseLimits,
-    /// Clients trusting a Region's CA bundle, by the bundle's SHA-256.
-    ca_clients: Mutex<HashMap<[u8; 32], reqwest::Client>>,
+    /// Clients trusting a Region's CA bundle, one per distinct bundle.
+    ca_clients: CaClients,
     /// Permits for [`MAX_QUERIES_IN_FLIGHT`].
     in_flight: tokio::sync::Semaphore,
 }
@@ -236,7 +241,7 @@ impl PrometheusProvider {
             http,
             default_url,
             limits,
-            ca_clients: Mutex::new(HashMap::new()),
+            ca_clients: CaClients::default(),
             in_flight: tokio::sync::Semaphore::new(MAX_QUERIES_IN_FLIGHT),
         }
     }
@@ -316,8 +321,17 @@ impl PrometheusProvider {
                 query,
             )?,
         };
-        if credentials.is_some() && url.scheme() != "https" {
-            return Err(QueryError::CredentialsOverHttp);
+        if let Some(credentials) = credentials
+            && credentials.need_https()
+            && url.scheme() != "https"
+        {
+            return Err(
+                if credentials.authorization.is_some() || credentials.ca_bundle.is_some() {
+                    QueryError::CredentialsOverHttp
+                } else {
+                    QueryError::SecretHeadersOverHttp
+                },
+            );
         }
         let http = match credentials.and_then(|c| c.ca_bundle.as_deref()) {
             Some(bundle) => self.ca_client(bundle)?,
@@ -332,6 +346,9 @@ impl PrometheusProvider {
                 request = request.basic_auth(username, Some(password));
             }
             None => {}
+        }
+        if let Some(credentials) = credentials.filter(|c| !c.headers.is_empty()) {
+            request = request.headers(extra_headers(&credentials.headers)?);
         }
         let mut response = request.send().await.map_err(transport)?;
         let status = response.status();
@@ -350,28 +367,20 @@ impl PrometheusProvider {
                 status: status.as_u16(),
             });
         }
-        read_bounded(&mut response, self.limits.max_bytes).await
+        let max_bytes = self.limits.max_bytes;
+        read_bounded(
+            &mut response,
+            max_bytes,
+            || QueryError::TooLarge { max_bytes },
+            transport,
+        )
+        .await
     }
 
     /// The client trusting `bundle`, built once per distinct bundle.
     fn ca_client(&self, bundle: &[u8]) -> Result<reqwest::Client, QueryError> {
-        let key: [u8; 32] = Sha256::digest(bundle).into();
-        if let Some(client) = self
-            .ca_clients
-            .lock()
-            .ok()
-            .and_then(|clients| clients.get(&key).cloned())
-        {
-            return Ok(client);
-        }
-        let client = http_client(Some(bundle))?;
-        if let Ok(mut clients) = self.ca_clients.lock() {
-            if clients.len() >= MAX_CA_CLIENTS {
-                clients.clear();
-            }
-            clients.insert(key, client.clone());
-        }
-        Ok(client)
+        self.ca_clients
+            .get_or_build(bundle, |bundle| http_client(Some(bundle)))
     }
 }
 
@@ -455,6 +464,28 @@ fn query_url(base: &str, request: Request<'_>) -> Result<reqwest::Url, QueryErro
     Ok(url)
 }
 
+/// The Region's `spec.prometheus.headers`, their values marked sensitive (so that no
+/// `Debug` down the stack prints them). The hub's CRD and the Secret reader have checked
+/// them; a hub with an older CRD gets the same refusals here. No error quotes a value.
+fn extra_headers(headers: &[(String, String)]) -> Result<HeaderMap, QueryError> {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let refused = |problem: String| {
+            QueryError::Credentials(format!("spec.prometheus.headers: {problem}"))
+        };
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| refused("a name is not an HTTP header name".to_owned()))?;
+        if is_forbidden_prometheus_header(name.as_str()) {
+            return Err(refused(format!("{name} cannot be set")));
+        }
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| refused(format!("the value of {name} is not a valid header value")))?;
+        value.set_sensitive(true);
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
 fn is_json(headers: &reqwest::header::HeaderMap) -> bool {
     headers
         .get(reqwest::header::CONTENT_TYPE)
@@ -482,30 +513,6 @@ fn transport(error: reqwest::Error) -> QueryError {
     })
 }
 
-/// Whether TLS refused the server (its certificate, mostly) somewhere down `error`'s
-/// sources.
-fn tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
-    /// How deep into an error's sources (and I/O errors' wrapped errors) to look.
-    const MAX_DEPTH: usize = 16;
-    let mut next = Some(error);
-    for _ in 0..MAX_DEPTH {
-        let Some(error) = next else {
-            return false;
-        };
-        if error.downcast_ref::<rustls::Error>().is_some() {
-            return true;
-        }
-        // An I/O error's `source` skips the error it wraps: look into it instead.
-        next = match error.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => error.source(),
-        };
-    }
-    false
-}
-
 /// Displays an error with its sources, for logs.
 struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
 
@@ -519,31 +526,6 @@ impl fmt::Display for ErrorChain<'_> {
         }
         Ok(())
     }
-}
-
-/// Reads the body chunk by chunk, giving up as soon as it passes `max_bytes` (or at once
-/// when its announced length does).
-async fn read_bounded(
-    response: &mut reqwest::Response,
-    max_bytes: usize,
-) -> Result<Vec<u8>, QueryError> {
-    let too_large = QueryError::TooLarge { max_bytes };
-    let announced = response.content_length();
-    if announced.is_some_and(|length| length > u64::try_from(max_bytes).unwrap_or(u64::MAX)) {
-        return Err(too_large);
-    }
-    let capacity = announced
-        .and_then(|length| usize::try_from(length).ok())
-        .unwrap_or(0)
-        .min(max_bytes);
-    let mut body = Vec::with_capacity(capacity);
-    while let Some(chunk) = response.chunk().await.map_err(transport)? {
-        if chunk.len() > max_bytes.saturating_sub(body.len()) {
-            return Err(too_large);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 #[cfg(test)]

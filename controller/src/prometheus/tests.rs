@@ -469,19 +469,7 @@ async fn a_redirect_is_not_followed() {
 /// `testdata/ca.crt`), answering every request with `body`; returns its base URL and
 /// the request heads it received.
 async fn serve_tls(body: &'static str) -> (String, mpsc::UnboundedReceiver<String>) {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let certificates =
-        CertificateDer::pem_slice_iter(include_bytes!("testdata/server.crt").as_slice())
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/server.key")).unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certificates, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let acceptor = crate::test_support::tls_acceptor();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (seen, requests) = mpsc::unbounded_channel();
@@ -540,8 +528,8 @@ fn header<'a>(request: &'a str, name: &str) -> Option<&'a str> {
 async fn a_regions_ca_bundle_is_the_only_trust_for_its_server() {
     let (base, mut requests) = serve_tls(SCALAR).await;
     let trusting = |bundle: &[u8]| Credentials {
-        authorization: None,
         ca_bundle: Some(bundle.to_vec()),
+        ..Credentials::default()
     };
     let ours = trusting(include_bytes!("testdata/ca.crt"));
     let answer = sample_as_region(&base, Access::With(&ours)).await;
@@ -574,6 +562,7 @@ async fn credentials_go_in_the_authorization_header_over_https_only() {
     let bearer = Credentials {
         authorization: Some(Authorization::Bearer("t0ken-s3cr3t".into())),
         ca_bundle: Some(ca.clone()),
+        ..Credentials::default()
     };
     let answer = sample_as_region(&base, Access::With(&bearer)).await;
     assert_eq!(answer.result, QueryResult::Scalar(0.5));
@@ -589,6 +578,7 @@ async fn credentials_go_in_the_authorization_header_over_https_only() {
             password: "pa55:word".into(),
         }),
         ca_bundle: Some(ca),
+        ..Credentials::default()
     };
     let answer = sample_as_region(&format!("{base}/prefix/"), Access::With(&basic)).await;
     assert_eq!(answer.result, QueryResult::Scalar(0.5));
@@ -627,6 +617,105 @@ async fn credentials_go_in_the_authorization_header_over_https_only() {
     );
     assert!(plain_requests.try_recv().is_err(), "a request went out");
     assert!(requests.try_recv().is_err(), "a request went out");
+}
+
+const HEADER_SECRET: &str = "k3y-s3cr3t-81f0";
+
+#[tokio::test]
+async fn a_regions_headers_are_sent_with_every_query() {
+    // A literal tenant header goes over plain http too.
+    let (plain, mut plain_requests) =
+        serve(json_head(Some(SCALAR.len() as u64)), Body::Bytes(SCALAR)).await;
+    let tenant = Credentials {
+        headers: vec![
+            ("X-Scope-OrgID".into(), "team-a|team-b".into()),
+            ("X-Extra".into(), "one two".into()),
+        ],
+        ..Credentials::default()
+    };
+    let answer = sample_as_region(&plain, Access::With(&tenant)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    let request = plain_requests.recv().await.unwrap();
+    assert_eq!(header(&request, "x-scope-orgid"), Some("team-a|team-b"));
+    assert_eq!(header(&request, "x-extra"), Some("one two"));
+    assert_eq!(header(&request, "accept"), Some("application/json"));
+    assert_eq!(header(&request, "authorization"), None);
+
+    // Beside credentials, and with a value from a Secret, over https.
+    let (base, mut requests) = serve_tls(SCALAR).await;
+    let keyed = Credentials {
+        authorization: Some(Authorization::Bearer("t0ken".into())),
+        ca_bundle: Some(include_bytes!("testdata/ca.crt").to_vec()),
+        headers: vec![
+            ("X-Scope-OrgID".into(), "team-a".into()),
+            ("X-Api-Key".into(), HEADER_SECRET.into()),
+        ],
+        secret_headers: true,
+    };
+    let answer = sample_as_region(&base, Access::With(&keyed)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    let request = requests.recv().await.unwrap();
+    assert_eq!(header(&request, "x-api-key"), Some(HEADER_SECRET));
+    assert_eq!(header(&request, "x-scope-orgid"), Some("team-a"));
+    assert_eq!(header(&request, "authorization"), Some("Bearer t0ken"));
+    let debug = format!("{keyed:?}");
+    assert!(!debug.contains(HEADER_SECRET), "{debug}");
+    assert!(debug.contains("X-Api-Key"), "{debug}");
+}
+
+#[tokio::test]
+async fn a_header_from_a_secret_goes_over_https_only_and_no_error_shows_a_value() {
+    let (plain, mut plain_requests) =
+        serve(json_head(Some(SCALAR.len() as u64)), Body::Bytes(SCALAR)).await;
+    let keyed = |name: &str, value: String| Credentials {
+        headers: vec![(name.to_owned(), value)],
+        secret_headers: true,
+        ..Credentials::default()
+    };
+    assert_eq!(
+        error_text(
+            sample_as_region(
+                &plain,
+                Access::With(&keyed("X-Api-Key", HEADER_SECRET.into()))
+            )
+            .await
+        ),
+        "spec.prometheus.headers[].valueFrom needs an https spec.prometheus.url: Secret values \
+         are never sent in clear"
+    );
+    assert!(plain_requests.try_recv().is_err(), "a request went out");
+
+    // What a hub with an older CRD lets through is refused here, quoting no value.
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let https = format!("https://{closed}");
+    let cases = [
+        (
+            keyed("X-Api-Key", format!("{HEADER_SECRET}\r\nInjected: 1")),
+            "Prometheus credentials: spec.prometheus.headers: the value of x-api-key is not a \
+             valid header value",
+        ),
+        (
+            keyed(&format!("X-Api-Key: {HEADER_SECRET}"), "x".into()),
+            "Prometheus credentials: spec.prometheus.headers: a name is not an HTTP header name",
+        ),
+        (
+            keyed("Authorization", format!("Bearer {HEADER_SECRET}")),
+            "Prometheus credentials: spec.prometheus.headers: authorization cannot be set",
+        ),
+        (
+            keyed("X-Api-Key", HEADER_SECRET.into()),
+            "Prometheus unreachable",
+        ),
+    ];
+    for (credentials, expected) in cases {
+        let text = error_text(sample_as_region(&https, Access::With(&credentials)).await);
+        assert_eq!(text, expected);
+        let debug = format!("{credentials:?}");
+        assert!(!debug.contains(HEADER_SECRET), "{debug}");
+    }
 }
 
 #[tokio::test]
@@ -790,4 +879,63 @@ async fn a_scoped_query_does_not_pass_on_warning_text() {
         "{:?}",
         unscoped.result
     );
+}
+
+/// From a Region's `spec.prometheus` as a platform writes it, through the Secret reader,
+/// to the request Prometheus receives: the literal tenant header and the one from the
+/// auth Secret are sent beside its token, over https trusting its CA.
+#[tokio::test]
+async fn a_regions_spec_headers_reach_its_prometheus() {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+
+    use crate::api::PrometheusEndpoint;
+    use crate::regions::prometheus_credentials::{endpoint_credentials, secrets_named};
+
+    let (base, mut requests) = serve_tls(SCALAR).await;
+    let region: PrometheusEndpoint = serde_json::from_value(serde_json::json!({
+        "url": format!("{base}/prometheus"),
+        "auth": {
+            "secretRef": {"namespace": "configrollout-system", "name": "eu-1-prometheus"},
+            "bearerTokenKey": "token",
+            "caKey": "ca.crt",
+        },
+        "headers": [
+            {"name": "X-Scope-OrgID", "value": "team-a"},
+            {"name": "X-Api-Key", "valueFrom": {"name": "eu-1-prometheus", "key": "api-key"}},
+        ],
+    }))
+    .unwrap();
+    let api_key = format!("{HEADER_SECRET}\n");
+    let data: &[(&str, &[u8])] = &[
+        ("token", b"t0ken"),
+        ("ca.crt", include_bytes!("testdata/ca.crt")),
+        ("api-key", api_key.as_bytes()),
+    ];
+    let secret = Secret {
+        data: Some(
+            data.iter()
+                .map(|(key, value)| ((*key).to_owned(), ByteString(value.to_vec())))
+                .collect(),
+        ),
+        ..Secret::default()
+    };
+    let secrets: BTreeMap<String, Secret> = secrets_named(&region)
+        .into_iter()
+        .map(|name| (name.to_owned(), secret.clone()))
+        .collect();
+    let credentials = endpoint_credentials(&region, "configrollout-system", &secrets).unwrap();
+    let answer = sample_as_region(&region.url, Access::With(&credentials)).await;
+    assert_eq!(answer.result, QueryResult::Scalar(0.5));
+    let request = requests.recv().await.unwrap();
+    assert!(
+        request.starts_with("GET /prometheus/api/v1/query?"),
+        "{request}"
+    );
+    assert_eq!(header(&request, "x-scope-orgid"), Some("team-a"));
+    assert_eq!(header(&request, "x-api-key"), Some(HEADER_SECRET));
+    assert_eq!(header(&request, "authorization"), Some("Bearer t0ken"));
+    assert!(!format!("{credentials:?}").contains(HEADER_SECRET));
 }

@@ -57,6 +57,7 @@ use crate::api::text::is_unsafe_to_show;
 use crate::api::{
     ClusterConfigValidatorSpec, DEFAULT_VALIDATOR_TIMEOUT_SECONDS, MAX_VALIDATOR_TIMEOUT_SECONDS,
 };
+use crate::outbound::{self, CaTrust, Cause, ClientError, ClientOptions, read_bounded};
 
 #[cfg(doc)]
 use crate::api::ClusterConfigValidator;
@@ -266,7 +267,13 @@ impl ExternalValidator {
         if status != reqwest::StatusCode::OK {
             return Err(Failure::Status(status.as_u16()));
         }
-        let body = read_bounded(&mut response).await?;
+        let body = read_bounded(
+            &mut response,
+            MAX_ANSWER_BYTES,
+            || Failure::TooLarge,
+            transport,
+        )
+        .await?;
         let answer = parse_answer(&body).ok_or(Failure::NotAnAnswer)?;
         Ok(if answer.allowed {
             Verdict::Allowed
@@ -452,22 +459,15 @@ pub(crate) fn http_client(
     ca_bundle: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<reqwest::Client, ValidatorError> {
-    // reqwest is built without a provider and panics when none is installed; the
-    // binaries install ring, as here (a no-op when one is installed already).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(pem) = ca_bundle {
-        let certificates =
-            reqwest::Certificate::from_pem_bundle(pem).map_err(|_| ValidatorError::CaBundle)?;
-        if certificates.is_empty() {
-            return Err(ValidatorError::CaBundle);
-        }
-        builder = builder.tls_certs_merge(certificates);
-    }
-    builder.build().map_err(|_| ValidatorError::Client)
+    outbound::http_client(ClientOptions {
+        ca_bundle: ca_bundle.map(|pem| (pem, CaTrust::AddedToSystem)),
+        connect_timeout: Some(timeout),
+        timeout: Some(timeout),
+    })
+    .map_err(|error| match error {
+        ClientError::CaBundle => ValidatorError::CaBundle,
+        ClientError::Build => ValidatorError::Client,
+    })
 }
 
 /// A reqwest failure as a class (the error's own text names the URL).
@@ -492,66 +492,6 @@ pub(crate) fn transport(error: reqwest::Error) -> Failure {
     } else {
         Failure::RequestFailed
     }
-}
-
-/// What lies at the bottom of a transport error, as far as a verdict's text cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cause {
-    Tls,
-    Refused,
-    TimedOut,
-    Other,
-}
-
-impl Cause {
-    fn of(error: &(dyn std::error::Error + 'static)) -> Self {
-        /// How deep into an error's sources (and I/O errors' wrapped errors) to look.
-        const MAX_DEPTH: usize = 16;
-        let mut next = Some(error);
-        for _ in 0..MAX_DEPTH {
-            let Some(error) = next else {
-                break;
-            };
-            if error.downcast_ref::<rustls::Error>().is_some() {
-                return Self::Tls;
-            }
-            next = match error.downcast_ref::<std::io::Error>() {
-                Some(io) => {
-                    match io.kind() {
-                        std::io::ErrorKind::ConnectionRefused => return Self::Refused,
-                        std::io::ErrorKind::TimedOut => return Self::TimedOut,
-                        _ => {}
-                    }
-                    // An I/O error's `source` skips the error it wraps: look into it.
-                    io.get_ref()
-                        .map(|inner| inner as &(dyn std::error::Error + 'static))
-                }
-                None => error.source(),
-            };
-        }
-        Self::Other
-    }
-}
-
-/// Reads the answer chunk by chunk, giving up as soon as it passes [`MAX_ANSWER_BYTES`]
-/// (or at once when its announced length does).
-async fn read_bounded(response: &mut reqwest::Response) -> Result<Vec<u8>, Failure> {
-    let announced = response.content_length();
-    if announced.is_some_and(|length| length > MAX_ANSWER_BYTES as u64) {
-        return Err(Failure::TooLarge);
-    }
-    let capacity = announced
-        .and_then(|length| usize::try_from(length).ok())
-        .unwrap_or(0)
-        .min(MAX_ANSWER_BYTES);
-    let mut body = Vec::with_capacity(capacity);
-    while let Some(chunk) = response.chunk().await.map_err(transport)? {
-        if chunk.len() > MAX_ANSWER_BYTES.saturating_sub(body.len()) {
-            return Err(Failure::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 #[cfg(test)]

@@ -2,85 +2,29 @@
 
 use super::*;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::time::Instant;
 
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Bytes, Frame, Incoming};
-use hyper::header::HeaderMap;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::body::Bytes;
+use hyper::{Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::api::LocalSecretKey;
-
-type Body = BoxBody<Bytes, Infallible>;
+use crate::test_support::{self, Body, Seen, endless, full, redirect, respond, trickle};
 
 const SENTINEL: &str = "SENTINEL-9c1d";
 const NOW: i64 = 1_700_000_000;
 
-/// One request a test server received.
-#[derive(Debug, Clone)]
-struct Seen {
-    headers: HeaderMap,
-    body: Bytes,
-}
-
 /// Serves every connection on 127.0.0.1 with `answer`, which gets the request (its
-/// whole body read); returns the base URL and the requests received, in order.
+/// whole body read); returns the validator's URL and the requests received, in order.
 async fn serve<F, Fut>(answer: F) -> (String, mpsc::UnboundedReceiver<Seen>)
 where
     F: Fn(Seen) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (seen, requests) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (answer, seen) = (answer.clone(), seen.clone());
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<Incoming>| {
-                    let (answer, seen) = (answer.clone(), seen.clone());
-                    async move {
-                        let (parts, body) = request.into_parts();
-                        let body = body
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        let request = Seen {
-                            headers: parts.headers,
-                            body,
-                        };
-                        let _ = seen.send(request.clone());
-                        Ok::<_, Infallible>(answer(request).await)
-                    }
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (format!("http://{address}/validate"), requests)
-}
-
-fn full(body: impl Into<Bytes>) -> Body {
-    Full::new(body.into()).boxed()
-}
-
-fn respond(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(full(body))
-        .unwrap()
+    let (base, requests) = test_support::serve(answer).await;
+    (format!("{base}/validate"), requests)
 }
 
 /// A server answering every request with `status` and `body`.
@@ -305,17 +249,7 @@ async fn a_validator_that_never_answers_times_out() {
 #[tokio::test]
 async fn a_body_that_trickles_forever_still_times_out() {
     // Head at once, then a byte a second: the timeout covers reading the whole body.
-    let (url, _) = serve(|_| async {
-        let trickle = futures::stream::unfold((), |()| async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            Some((
-                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b" "))),
-                (),
-            ))
-        });
-        Response::new(StreamBody::new(trickle).boxed())
-    })
-    .await;
+    let (url, _) = serve(|_| async { trickle(Duration::from_millis(300)) }).await;
     let validator = ExternalValidator::new(&spec(&url, Some(1)), None).unwrap();
     let data = data();
     let started = Instant::now();
@@ -342,13 +276,7 @@ async fn a_redirect_is_failed_and_never_followed() {
         let location = elsewhere.clone();
         let (url, mut requests) = serve(move |_| {
             let location = location.clone();
-            async move {
-                Response::builder()
-                    .status(status)
-                    .header("location", location)
-                    .body(full(""))
-                    .unwrap()
-            }
+            async move { redirect(status, &location) }
         })
         .await;
         let why = failed(ask(&url).await);
@@ -380,14 +308,7 @@ async fn an_oversized_answer_is_failed() {
 
     // Chunked and endless: abandoned as soon as it passes the cap (were it buffered
     // whole first, this would time out instead).
-    let (url, _) = serve(|_| async {
-        static CHUNK: [u8; 16 * 1024] = [b' '; 16 * 1024];
-        let endless = futures::stream::repeat_with(|| {
-            Ok::<_, Infallible>(Frame::data(Bytes::from_static(&CHUNK)))
-        });
-        Response::new(StreamBody::new(endless).boxed())
-    })
-    .await;
+    let (url, _) = serve(|_| async { endless(16 * 1024) }).await;
     let started = Instant::now();
     assert_eq!(failed(ask(&url).await), "answer larger than 64 KiB");
     assert!(started.elapsed() < Duration::from_secs(4));
@@ -572,48 +493,12 @@ fn debug_shows_neither_the_key_nor_the_url() {
     assert!(!debug.contains("token"), "{debug}");
 }
 
-/// An https validator on 127.0.0.1 with the Prometheus tests' `server.crt` (signed by
-/// their `ca.crt`), allowing everything.
-async fn serve_tls() -> String {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let certificates = CertificateDer::pem_slice_iter(
-        include_bytes!("../prometheus/testdata/server.crt").as_slice(),
-    )
-    .collect::<Result<Vec<_>, _>>()
-    .unwrap();
-    let key =
-        PrivateKeyDer::from_pem_slice(include_bytes!("../prometheus/testdata/server.key")).unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certificates, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service = service_fn(|_: Request<Incoming>| async {
-                    Ok::<_, Infallible>(respond(StatusCode::OK, r#"{"allowed": true}"#))
-                });
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    format!("https://127.0.0.1:{}/validate", address.port())
-}
-
 #[tokio::test]
 async fn https_trusts_the_specs_ca_bundle() {
-    let url = serve_tls().await;
+    let (base, _) =
+        test_support::serve_tls(|_| async { respond(StatusCode::OK, r#"{"allowed": true}"#) })
+            .await;
+    let url = format!("{base}/validate");
     let data = data();
     let mut trusting = spec(&url, Some(5));
     trusting.ca_bundle = Some(include_str!("../prometheus/testdata/ca.crt").into());

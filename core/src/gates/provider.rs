@@ -71,7 +71,7 @@ pub struct SampleSource<'a> {
     pub region: Option<&'a str>,
     /// The Prometheus URL the region names (`spec.prometheus.url`); `None`: the default.
     pub url: Option<&'a str>,
-    /// What the region's `spec.prometheus.auth` gave.
+    /// What the region's `spec.prometheus.auth` and `spec.prometheus.headers` gave.
     pub access: Access<'a>,
     /// The query was scoped to its namespace's label matchers
     /// (`configrollout.dev/gate-label-matchers`): the backend's own error and warning
@@ -93,14 +93,30 @@ pub enum Access<'a> {
     Unusable(&'a str),
 }
 
-/// Credentials for one Prometheus, read from a Secret. `Debug` shows which parts are
-/// present, never their bytes.
+/// Credentials for one Prometheus, read from a Secret, and the extra headers its
+/// queries carry. `Debug` shows which parts are present and the headers' names, never a
+/// value.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Credentials {
     /// The `Authorization` to send, if any.
     pub authorization: Option<Authorization>,
     /// PEM certificates: the only roots the server's certificate is checked against.
     pub ca_bundle: Option<Vec<u8>>,
+    /// Extra headers (name, value) sent with every query. Values may come from Secrets:
+    /// never logged, never shown in an error.
+    pub headers: Vec<(String, String)>,
+    /// Whether a value of `headers` was read from a Secret: then, like `authorization`,
+    /// they are sent over https only.
+    pub secret_headers: bool,
+}
+
+impl Credentials {
+    /// Whether these may only be sent over https: they hold a credential (an
+    /// `Authorization` or a header read from a Secret) or a CA bundle (which only https
+    /// uses, so an http URL is a mistake).
+    pub fn need_https(&self) -> bool {
+        self.authorization.is_some() || self.ca_bundle.is_some() || self.secret_headers
+    }
 }
 
 /// An `Authorization` header's credentials.
@@ -125,7 +141,27 @@ impl fmt::Debug for Credentials {
                 "ca_bundle",
                 &self.ca_bundle.as_ref().map(|bundle| bundle.len()),
             )
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(name, _)| shown_header_name(name))
+                    .collect::<Vec<_>>(),
+            )
+            .field("secret_headers", &self.secret_headers)
             .finish()
+    }
+}
+
+/// A header name as `Debug` shows it: itself when it is one (RFC 9110 `token`), else a
+/// placeholder, since whoever wrote `X-Key: <value>` as a name must not find the value in
+/// a log.
+fn shown_header_name(name: &str) -> &str {
+    if configrollout_api::is_header_name(name) {
+        name
+    } else {
+        "(not a header name)"
     }
 }
 
@@ -150,6 +186,11 @@ mod tests {
                 password: "s3cr3t-password".into(),
             }),
             ca_bundle: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+            headers: vec![
+                ("X-Scope-OrgID".into(), "s3cr3t-tenant".into()),
+                ("X-Key: s3cr3t".into(), "x".into()),
+            ],
+            secret_headers: true,
         };
         let shown = format!(
             "{credentials:?} {:?}",
@@ -157,5 +198,6 @@ mod tests {
         );
         assert!(!shown.contains("s3cr3t"), "{shown}");
         assert!(shown.contains("Basic(***)") && shown.contains("Bearer(***)"));
+        assert!(shown.contains("X-Scope-OrgID"), "{shown}");
     }
 }

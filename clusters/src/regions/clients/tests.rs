@@ -484,3 +484,65 @@ async fn a_secret_in_the_controller_namespace_is_read() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn literal_prometheus_headers_need_no_secret_and_others_are_read_in_the_controller_namespace()
+{
+    use configrollout_api::{HeaderSecretKey, PrometheusEndpoint, PrometheusHeader};
+
+    let clients = RegionClients::new(unreachable_hub(), unreachable_hub(), policy(false));
+    let with_headers = |headers: Vec<PrometheusHeader>| {
+        Region::new(
+            "eu-west-1",
+            RegionSpec {
+                kubeconfig_secret_ref: None,
+                prometheus: Some(PrometheusEndpoint {
+                    url: "https://mimir.example".to_owned(),
+                    auth: None,
+                    headers,
+                }),
+            },
+        )
+    };
+    let tenant = with_headers(vec![PrometheusHeader {
+        name: "X-Scope-OrgID".to_owned(),
+        value: Some("team-a".to_owned()),
+        value_from: None,
+    }]);
+    let credentials = clients
+        .prometheus_credentials(&tenant)
+        .await
+        .expect("headers are named")
+        .expect("no Secret is read");
+    assert_eq!(
+        credentials.headers,
+        [("X-Scope-OrgID".to_owned(), "team-a".to_owned())]
+    );
+    assert!(!credentials.need_https());
+
+    let keyed = with_headers(vec![PrometheusHeader {
+        name: "X-Api-Key".to_owned(),
+        value: None,
+        value_from: Some(HeaderSecretKey {
+            name: "gateway-keys".to_owned(),
+            key: "eu-west-1".to_owned(),
+        }),
+    }]);
+    let error = clients
+        .prometheus_credentials(&keyed)
+        .await
+        .expect("headers are named")
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("reading Secret configrollout-system/gateway-keys: "),
+        "{error}"
+    );
+    assert!(
+        clients
+            .prometheus_credentials(&region(NAMESPACE))
+            .await
+            .is_none()
+    );
+}
