@@ -61,6 +61,12 @@ pub struct LabOptions {
     /// workloads as Prometheus does: a second backend of the Prometheus query API. Off by
     /// default. `Region` objects still name the lab's Prometheus.
     pub victoria_metrics: bool,
+    /// Regions started but left out of the hub, as clusters nobody registered yet: no
+    /// `configrollout-system` namespace, no product RBAC (`deploy/region-rbac*.yaml`), no
+    /// kubeconfig Secret and no `Region` object; only the lab users' rights
+    /// (`manifests/region/10-rbac.yaml`: viewer, workload). A test registers them itself,
+    /// e.g. with `kubectl configrollout region add`. Empty by default.
+    pub unregistered_regions: Vec<String>,
 }
 
 impl Default for LabOptions {
@@ -74,6 +80,7 @@ impl Default for LabOptions {
             apiserver_args: Vec::new(),
             workload_controllers: false,
             victoria_metrics: false,
+            unregistered_regions: Vec::new(),
         }
     }
 }
@@ -117,6 +124,9 @@ struct RegionSlot {
     workload: Workload,
     /// Present when the lab was started with [`LabOptions::workload_controllers`].
     controllers: Option<WorkloadControllers>,
+    /// Whether the lab registered it in the hub (not one of
+    /// [`LabOptions::unregistered_regions`]).
+    registered: bool,
 }
 
 /// A running lab. Dropping it stops every process it started (gracefully, then by
@@ -188,12 +198,14 @@ impl Lab {
             let controllers = options
                 .workload_controllers
                 .then(|| WorkloadControllers::new(&name, &root.join(&name)));
+            let registered = !options.unregistered_regions.contains(&name);
             lab.regions.push(RegionSlot {
                 name,
                 tier: tier(index),
                 plane,
                 workload,
                 controllers,
+                registered,
             });
         }
         if let Err(e) = lab.bring_up(&options).await {
@@ -267,9 +279,19 @@ impl Lab {
                 "no Region CRD among the installed CRDs: regions get kubeconfig Secrets but no Region objects"
             );
         }
-        let names: Vec<String> = self.regions.iter().map(|s| s.name.clone()).collect();
-        for name in &names {
+        let names: Vec<(String, bool)> = self
+            .regions
+            .iter()
+            .map(|s| (s.name.clone(), s.registered))
+            .collect();
+        for (name, registered) in &names {
             let client = self.client(name, User::Admin)?;
+            if !registered {
+                // Only the lab users' rights: the region is as a platform hands it over.
+                manifests::apply_path(&client, &lab_manifests("region").join("10-rbac.yaml"))
+                    .await?;
+                continue;
+            }
             manifests::apply_path(&client, &lab_manifests("region")).await?;
             manifests::apply_path(&client, &deploy_manifest("region-rbac.yaml")).await?;
             // Opt-in in the product, applied in every lab region: job gates run there.
@@ -430,7 +452,8 @@ impl Lab {
     }
 
     /// Starts a stopped region again on the same data directory (and the same port when
-    /// it is still free; otherwise its Secret in the hub is rewritten).
+    /// it is still free; otherwise the Secret the lab wrote in the hub is rewritten: not
+    /// for [`LabOptions::unregistered_regions`], whose registration is the test's).
     pub async fn start_region(&mut self, name: &str) -> Result<(), LabError> {
         let programs = self.programs.clone();
         let slot = self.slot_mut(name)?;
@@ -443,7 +466,7 @@ impl Lab {
                 .wait_ready(&slot.plane.client(User::Admin)?)
                 .await?;
         }
-        if previous_url.as_deref() != Some(url.as_str()) {
+        if previous_url.as_deref() != Some(url.as_str()) && self.slot(name)?.registered {
             self.register_region(name).await?;
         }
         Ok(())

@@ -25,6 +25,100 @@ fn key_change(text: &str) -> Result<(String, Option<String>), String> {
     }
 }
 
+/// `KEY=VALUE`, a Kubernetes label: an optional DNS subdomain prefix and `/`, a name of at
+/// most 63 characters, and a value of at most 63 (possibly empty).
+pub(crate) fn label(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))?;
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && !is_dns_subdomain(prefix)
+    {
+        return Err(format!(
+            "label key {key:?}: the prefix must be a DNS subdomain (lowercase letters, digits, \
+             '-' and '.')"
+        ));
+    }
+    if !is_label_value(name) || name.is_empty() {
+        return Err(format!(
+            "label key {key:?}: the name must be 1 to 63 letters, digits, '-', '_' or '.', \
+             beginning and ending with a letter or digit"
+        ));
+    }
+    if !is_label_value(value) {
+        return Err(format!(
+            "label {key:?}: the value must be at most 63 letters, digits, '-', '_' or '.', \
+             beginning and ending with a letter or digit"
+        ));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// A namespace name: a DNS label.
+pub(crate) fn namespace_name(text: &str) -> Result<String, String> {
+    if is_dns_label(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a namespace name (1 to 63 lowercase letters, digits and '-', \
+             beginning and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A Region name: a DNS label, which its Secret's name `region-NAME-kubeconfig` holds too.
+pub(crate) fn region_name(text: &str) -> Result<String, String> {
+    if is_dns_label(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a region name (1 to 63 lowercase letters, digits and '-', \
+             beginning and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A ServiceAccount token's lifetime: at least 10 minutes, as the TokenRequest API
+/// requires.
+fn token_duration(text: &str) -> Result<Duration, String> {
+    let duration = duration(text)?;
+    if duration < Duration::from_secs(600) {
+        return Err(format!(
+            "{text:?} is shorter than 10m, the shortest token the API server issues"
+        ));
+    }
+    Ok(duration)
+}
+
+fn is_dns_label(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_dns_label)
+}
+
+fn is_label_value(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.is_empty()
+        || (bytes.len() <= 63
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric))
+}
+
 /// Watch, approve and steer configrollout rollouts.
 #[derive(Debug, Parser)]
 #[command(
@@ -302,6 +396,12 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
         address: std::net::IpAddr,
     },
+    /// Regions of the hub: `region add` registers a cluster in one command.
+    Region {
+        /// What to do.
+        #[command(subcommand)]
+        command: RegionCommand,
+    },
     /// Check a ConfigRollout manifest offline with the controller's own validation.
     Lint {
         /// The YAML file (one or more documents).
@@ -318,6 +418,88 @@ pub enum Command {
         #[arg(long = "from-hub")]
         from_hub: bool,
     },
+}
+
+/// `kubectl configrollout region ...`.
+#[derive(Debug, Subcommand)]
+pub enum RegionCommand {
+    /// Register a cluster as Region NAME: the controller's RBAC in it, a ServiceAccount
+    /// token, its kubeconfig Secret and the Region in the hub. Run it again to rotate the
+    /// token.
+    #[command(
+        after_help = "Steps, each printed as it is done: (1) check that the hub lets you write \
+                      Secrets in the controller's namespace and Regions, and, with \
+                      --region-kubeconfig (your credentials there, exec plugins included), that \
+                      every --namespaces namespace exists: nothing is written otherwise; (2) \
+                      apply there, server-side (field manager kubectl-configrollout), the \
+                      Namespace configrollout-system, the ServiceAccount \
+                      configrollout-region-writer in it, and the rights of \
+                      deploy/region-rbac-namespaced.yaml in each --namespaces namespace, or of \
+                      deploy/region-rbac.yaml with --cluster-wide; (3) mint a token for that \
+                      ServiceAccount (TokenRequest, --token-duration; the API server may cap it: \
+                      the expiry it gave is printed); (4) list ConfigMaps with that token, as \
+                      the controller will; (5) write a kubeconfig of the server, its CA and the \
+                      token (nothing runs a command, nothing reads a file) as the Secret \
+                      region-NAME-kubeconfig, key kubeconfig, in the controller's namespace of \
+                      the hub (your kubeconfig); (6) create or update the Region NAME naming it; \
+                      (7) wait until the controller reports the Region reachable (--no-wait to \
+                      skip). The token is never printed. Running it again mints a new token and \
+                      rewrites the Secret: that is how the token is rotated (give the same \
+                      flags: labels and --prometheus-url it set before and not given again are \
+                      removed from the Region)."
+    )]
+    Add(Box<RegionAdd>),
+}
+
+/// The options of `region add`.
+#[derive(Debug, Args)]
+pub struct RegionAdd {
+    /// The Region's name in the hub.
+    #[arg(value_parser = region_name)]
+    pub name: String,
+    /// Kubeconfig of the region's cluster, with your (admin) credentials there: used for
+    /// the RBAC and the token; exec plugins are fine.
+    #[arg(long, value_name = "FILE")]
+    pub region_kubeconfig: PathBuf,
+    /// The context of --region-kubeconfig to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub region_context: Option<String>,
+    /// The namespaces of the region the controller may write ConfigMaps in (and read and
+    /// restart workloads in), comma-separated; each must exist.
+    #[arg(
+        long,
+        value_name = "NS,...",
+        value_delimiter = ',',
+        value_parser = namespace_name,
+        required_unless_present = "cluster_wide"
+    )]
+    pub namespaces: Vec<String>,
+    /// Grant the controller every namespace of the region (deploy/region-rbac.yaml)
+    /// instead of --namespaces.
+    #[arg(long)]
+    pub cluster_wide: bool,
+    /// Labels of the Region (what stage selectors match), comma-separated KEY=VALUE.
+    #[arg(long, value_name = "KEY=VALUE,...", value_delimiter = ',', value_parser = label)]
+    pub labels: Vec<(String, String)>,
+    /// Lifetime asked for the controller's token, e.g. 8760h (one year); at least 10m.
+    #[arg(long, default_value = "8760h", value_parser = token_duration, value_name = "DURATION")]
+    pub token_duration: Duration,
+    /// The API server URL the controller uses (default: the server of the context's
+    /// cluster in --region-kubeconfig).
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The Region's Prometheus (spec.prometheus.url), for its gates.
+    #[arg(long, value_name = "URL")]
+    pub prometheus_url: Option<String>,
+    /// The controller's namespace in the hub, where the Secret is written.
+    #[arg(long, default_value = "configrollout-system", value_name = "NAMESPACE", value_parser = namespace_name)]
+    pub controller_namespace: String,
+    /// Do not wait for the controller to report the Region reachable.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the controller to report the Region reachable.
+    #[arg(long, default_value = "60s", value_parser = duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    pub wait_timeout: Duration,
 }
 
 #[cfg(test)]
@@ -444,6 +626,155 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    fn region_add(args: &[&str]) -> Result<RegionAdd, clap::Error> {
+        let all = ["kubectl-configrollout", "region", "add"]
+            .iter()
+            .chain(args)
+            .copied();
+        Cli::try_parse_from(all).map(|cli| match cli.command {
+            Command::Region {
+                command: RegionCommand::Add(add),
+            } => *add,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    #[test]
+    fn region_add_parses_its_flags_and_defaults() {
+        let add = region_add(&[
+            "eu-1",
+            "--region-kubeconfig",
+            "/tmp/eu-1.yaml",
+            "--namespaces",
+            "app,team-b",
+            "--labels",
+            "tier=canary,configrollout.dev/zone=eu",
+            "--labels",
+            "empty=",
+        ])
+        .expect("parses");
+        assert_eq!(add.name, "eu-1");
+        assert_eq!(add.region_kubeconfig, PathBuf::from("/tmp/eu-1.yaml"));
+        assert_eq!(add.namespaces, ["app", "team-b"]);
+        assert!(!add.cluster_wide);
+        assert_eq!(
+            add.labels,
+            [
+                ("tier".to_owned(), "canary".to_owned()),
+                ("configrollout.dev/zone".to_owned(), "eu".to_owned()),
+                ("empty".to_owned(), String::new()),
+            ]
+        );
+        assert_eq!(add.token_duration, Duration::from_secs(8760 * 3600));
+        assert_eq!(add.wait_timeout, Duration::from_secs(60));
+        assert_eq!(add.controller_namespace, "configrollout-system");
+        assert_eq!(
+            (add.server, add.region_context, add.no_wait),
+            (None, None, false)
+        );
+
+        let add = region_add(&[
+            "eu-1",
+            "--region-kubeconfig",
+            "k",
+            "--cluster-wide",
+            "--token-duration",
+            "24h",
+            "--server",
+            "https://eu-1.example:6443",
+            "--no-wait",
+        ])
+        .expect("cluster-wide needs no namespaces");
+        assert!(add.cluster_wide && add.no_wait && add.namespaces.is_empty());
+        assert_eq!(add.token_duration, Duration::from_secs(24 * 3600));
+        assert_eq!(add.server.as_deref(), Some("https://eu-1.example:6443"));
+    }
+
+    #[test]
+    fn region_add_refuses_what_cannot_be_registered() {
+        let refused = |args: &[&str], says: &str| {
+            let error = region_add(args).expect_err("refused").to_string();
+            assert!(error.contains(says), "{args:?}: {error}");
+        };
+        refused(&["eu-1", "--region-kubeconfig", "k"], "--namespaces");
+        refused(&["eu-1", "--namespaces", "app"], "--region-kubeconfig");
+        refused(
+            &["EU_1", "--region-kubeconfig", "k", "--namespaces", "app"],
+            "not a region name",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app,Bad",
+            ],
+            "not a namespace name",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app",
+                "--labels",
+                "tier",
+            ],
+            "is not KEY=VALUE",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app",
+                "--labels",
+                "Bad_/x=y",
+            ],
+            "prefix",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app",
+                "--labels",
+                "t=-x",
+            ],
+            "value",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app",
+                "--token-duration",
+                "5m",
+            ],
+            "shorter than 10m",
+        );
+        refused(
+            &[
+                "eu-1",
+                "--region-kubeconfig",
+                "k",
+                "--namespaces",
+                "app",
+                "--no-wait",
+                "--wait-timeout",
+                "5s",
+            ],
+            "cannot be used with",
+        );
     }
 
     #[test]

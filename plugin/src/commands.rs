@@ -6,9 +6,10 @@ mod diff;
 mod lint;
 mod overrides;
 mod read;
+mod region;
 
 use super::approve::Reviewed;
-use super::args::{Cli, Command};
+use super::args::{Cli, Command, RegionCommand};
 use super::hub::Hub;
 use super::render;
 use super::{CliError, EXIT_COMPLETE};
@@ -146,6 +147,9 @@ pub(super) async fn run(cli: Cli) -> Result<u8, CliError> {
                 )
                 .await
         }
+        Command::Region {
+            command: RegionCommand::Add(args),
+        } => hub().await?.region_add(*args).await,
         Command::History { name } => {
             let rollout = hub().await?.rollout(&name).await?;
             print!("{}", render::render_history(&rollout));

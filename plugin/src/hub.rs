@@ -25,7 +25,7 @@ use configrollout_core::crdt::DigestKey;
 /// the plugin prints each line, the dashboard collects them for the page.
 pub(super) type Say<'a> = dyn FnMut(String) + Send + 'a;
 
-fn api_error(what: &str, error: kube::Error) -> CliError {
+pub(super) fn api_error(what: &str, error: kube::Error) -> CliError {
     match error {
         kube::Error::Api(status) => CliError::Api {
             what: what.to_owned(),
@@ -192,7 +192,11 @@ impl Hub {
     }
 
     /// The caller's user name, as the API server `client` reaches authenticates them.
-    async fn whoami_on(&self, client: &Client, server: &str) -> Result<String, CliError> {
+    pub(super) async fn whoami_on(
+        &self,
+        client: &Client,
+        server: &str,
+    ) -> Result<String, CliError> {
         let api: Api<SelfSubjectReview> = Api::all(client.clone());
         let review = SelfSubjectReview::default();
         let answer = self

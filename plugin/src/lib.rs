@@ -17,7 +17,7 @@ pub mod render;
 mod repair;
 mod rotate_key;
 
-pub use args::{Cli, Command, GlobalArgs, OutputFormat};
+pub use args::{Cli, Command, GlobalArgs, OutputFormat, RegionAdd, RegionCommand};
 pub use render::{Outcome, Waiting, outcome, render_get, render_history, render_list, waiting_on};
 
 use std::process::ExitCode;
