@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test deps lint unit soak crds crdcheck gitopscheck argocd-cm labcheck lab lab-bench demo controller-bench scale-bench noisy-bench krew chart image
+.PHONY: test deps lint unit soak crds docs crdcheck gitopscheck argocd-cm labcheck lab lab-bench demo controller-bench scale-bench noisy-bench krew chart image
 
 # Installs what the tests need (idempotent), then checks formatting, lints and runs
 # every test: unit, property, and the lab's integration tests.
@@ -36,6 +36,12 @@ soak:
 # Regenerates crds/ from the Rust types (a test fails when they differ).
 crds:
 	$(CARGO) run --locked --bin configrollout-crdgen -- crds
+
+# Regenerates docs/reference/ from the code: CRD fields, conditions and reasons, labels and
+# annotations, controller flags, plugin commands, metrics and chart values
+# (e2e/tests/docs.rs fails when they differ).
+docs:
+	$(CARGO) run --locked -p configrollout-e2e --bin docs-reference
 
 # Regenerates, from the Helm chart (deploy/chart), its copy of crds/ and the plain files
 # of deploy/observability/ (e2e/tests/chart.rs fails when they differ). Builds Helm from

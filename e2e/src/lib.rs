@@ -19,6 +19,7 @@ pub mod bench;
 pub mod chart;
 mod child;
 mod controlplane;
+pub mod docs;
 mod error;
 pub mod gitops;
 pub mod gobuild;
