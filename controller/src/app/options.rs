@@ -246,7 +246,7 @@ pub struct Options {
     )]
     pub allow_unsafe_kubeconfig: bool,
     /// Trust region companion states that carry no MAC (written by a release before
-    /// MACs) and sign them as they are read: an upgrade aid, to run once (README, "A
+    /// MACs) and sign them as they are read: an upgrade aid, to run once (docs/operations.md, "A
     /// region's state fails its MAC"). A state with a wrong MAC is refused regardless.
     #[arg(
         long,

@@ -45,7 +45,7 @@ const ConfigMapHeader = `# Generated from deploy/argocd/resource_customizations 
 # (approve, abort, retry, pause, resume). Merge them into Argo CD's own argocd-cm, e.g.
 #   kubectl -n argocd patch configmap argocd-cm --patch-file deploy/argocd/argocd-cm.yaml
 # Before that, set the approve action's approver to the identity Argo CD acts as in the
-# hub (see README.md, "With Argo CD").
+# hub (see docs/features/gitops.md, "With Argo CD").
 `
 
 func main() {
