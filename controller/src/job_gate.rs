@@ -34,6 +34,10 @@ pub const RECHECK_AFTER: Duration = Duration::from_secs(5);
 /// recorded, so that samples do not pile up Jobs in the tenant's namespace.
 pub const DEFAULT_TTL_SECONDS_AFTER_FINISHED: i32 = 3600;
 
+/// The shortest `ttlSecondsAfterFinished` a template may give: ten minutes, so that a
+/// controller busy or restarting for a while still reads the finished Job.
+pub const MIN_TTL_SECONDS_AFTER_FINISHED: i32 = 600;
+
 /// How long past its timeout an unfinished Job is still waited for. The job controller
 /// marks a Job past its `activeDeadlineSeconds` Failed (`DeadlineExceeded`) a moment
 /// after the deadline, counted from its start rather than its creation: that answer, a
@@ -278,8 +282,15 @@ pub fn job_for(sample: &JobSample<'_>) -> Job {
         spec.active_deadline_seconds
             .map_or(deadline, |own| own.min(deadline)),
     );
-    spec.ttl_seconds_after_finished
-        .get_or_insert(DEFAULT_TTL_SECONDS_AFTER_FINISHED);
+    // A finished Job must outlive the controller's next looks at it (every
+    // `RECHECK_AFTER`): collected before its sample is recorded, it would be created and
+    // run again, and the sample never taken. A template's shorter TTL is raised.
+    spec.ttl_seconds_after_finished = Some(
+        spec.ttl_seconds_after_finished
+            .map_or(DEFAULT_TTL_SECONDS_AFTER_FINISHED, |own| {
+                own.max(MIN_TTL_SECONDS_AFTER_FINISHED)
+            }),
+    );
     let template_meta = spec
         .template
         .metadata
@@ -498,7 +509,7 @@ mod tests {
         let mut template = template();
         template.backoff_limit = Some(2);
         template.active_deadline_seconds = Some(600);
-        template.ttl_seconds_after_finished = Some(60);
+        template.ttl_seconds_after_finished = Some(7200);
         template.template.metadata = Some(ObjectMeta {
             labels: Some(
                 [
@@ -517,7 +528,16 @@ mod tests {
             .unwrap();
         assert_eq!(spec.backoff_limit, Some(2));
         assert_eq!(spec.active_deadline_seconds, Some(120));
-        assert_eq!(spec.ttl_seconds_after_finished, Some(60));
+        assert_eq!(spec.ttl_seconds_after_finished, Some(7200));
+        // One shorter than the controller's looks at it is raised.
+        template.ttl_seconds_after_finished = Some(0);
+        let raised = job_for(&sample(&labels, &template, Duration::from_secs(120)))
+            .spec
+            .unwrap();
+        assert_eq!(
+            raised.ttl_seconds_after_finished,
+            Some(MIN_TTL_SECONDS_AFTER_FINISHED)
+        );
         assert_eq!(
             spec.template.spec.unwrap().restart_policy.as_deref(),
             Some("OnFailure")

@@ -431,3 +431,38 @@ fn a_grant_limited_to_platform_templates_refuses_inline_and_namespace_gates() {
         assert!(world.publishes().is_empty());
     }
 }
+
+#[test]
+fn windows_take_the_shape_of_the_check_they_open_with() {
+    // The canary's windows sample a stage-wide query; the platform turns the template into
+    // a job check, which runs in each region: the wave's windows open one per region.
+    let mut world = World::new(
+        templated(json!({"name": "smoke", "args": {"endpoint": "http://checkout"}})),
+        &REGIONS,
+    );
+    cluster(
+        &mut world,
+        "smoke",
+        template(
+            1,
+            json!({
+                "args": [{"name": "endpoint"}],
+                "prometheus": {"query": "sum(up)", "condition": "result >= 0"},
+            }),
+        ),
+    );
+    world.tick();
+    world.tick();
+    assert_eq!(world.status.stages[0].gates.len(), 1);
+    assert_eq!(world.status.stages[0].gates[0].region, None, "stage-wide");
+    smoke_test(&mut world);
+    world.metric = Box::new(|_, _| QueryResult::Scalar(1.0));
+    world.run(60, 10);
+    assert_eq!(world.status.phase, Some(RolloutPhase::Complete));
+    let wave: Vec<Option<&str>> = world.status.stages[1]
+        .gates
+        .iter()
+        .map(|window| window.region.as_deref())
+        .collect();
+    assert_eq!(wave, [Some("w1"), Some("w2")], "one window per region");
+}

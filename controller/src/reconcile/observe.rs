@@ -81,7 +81,8 @@ pub async fn observe(
     }
     // Need to know: a spec outside its grant reads no region at all (no read, no watch,
     // no lookup), so its refusal reads the same whether the object it names exists or not.
-    if !fetched.grant.check(&rollout.spec).is_empty() {
+    let outside_grant = !fetched.grant.check(&rollout.spec).is_empty();
+    if outside_grant {
         selected.clear();
     }
     // Every query of the rollout leaves scoped to its namespace's gate-label-matchers.
@@ -121,8 +122,13 @@ pub async fn observe(
         }
     };
     let missing_policies = policies.map(|report| report.missing);
-    let (gate_samples, pending_samples) =
-        sample_gates(ctx, rollout, &status, &fetched.regions, now, queries).await;
+    // A refused spec samples nothing either: a job gate's Job is a write in the region,
+    // in the namespace the spec names now, and a web gate a call the spec asks for.
+    let (gate_samples, pending_samples) = if outside_grant || !validated.spec_errors.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        sample_gates(ctx, rollout, &status, fetched, now, queries).await
+    };
     let desired = &validated.desired;
     let stable = status
         .stable_revision
@@ -273,10 +279,11 @@ async fn sample_gates(
     ctx: &Context,
     rollout: &ConfigRollout,
     status: &crate::api::ConfigRolloutStatus,
-    regions: &[Region],
+    fetched: &Fetched,
     now: DateTime<Utc>,
     queries: QueryScope<'_>,
 ) -> (Vec<GateSampleObservation>, Vec<engine::PendingSample>) {
+    let regions = fetched.regions.as_slice();
     let due = engine::gates_due(&rollout.spec, status, now);
     if due.is_empty() {
         return (Vec::new(), Vec::new());
@@ -312,7 +319,7 @@ async fn sample_gates(
         let source = queries.source(source_in(targets, request.region.as_deref()));
         let (answer, comparison) = match (&request.probe, &request.comparison) {
             (Some(probe), _) => {
-                match super::probes::take(ctx, rollout, regions, request, probe).await {
+                match super::probes::take(ctx, rollout, fetched, request, probe).await {
                     super::probes::ProbeAnswer::Answered(answer) => (answer, None),
                     super::probes::ProbeAnswer::Pending => {
                         return Err(engine::PendingSample {

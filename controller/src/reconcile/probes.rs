@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use super::fetch::Fetched;
 use super::{Context, api_call};
 use crate::api::{
-    ConfigRollout, DEFAULT_JOB_TIMEOUT_SECONDS, DEFAULT_WEB_TIMEOUT_SECONDS, JobCheck, Region,
-    WebCheck,
+    ConfigRollout, DEFAULT_JOB_TIMEOUT_SECONDS, DEFAULT_WEB_TIMEOUT_SECONDS, JobCheck, WebCheck,
 };
 use crate::engine::{GateSampleRequest, ProbeRequest};
 use crate::gates::{Answer, JsonPathQuery, QueryResult};
@@ -39,13 +39,13 @@ pub enum ProbeAnswer {
 pub async fn take(
     ctx: &Context,
     rollout: &ConfigRollout,
-    regions: &[Region],
+    fetched: &Fetched,
     request: &GateSampleRequest,
     probe: &ProbeRequest,
 ) -> ProbeAnswer {
     match probe {
         ProbeRequest::Web(web) => ProbeAnswer::Answered(web_sample(ctx, web).await),
-        ProbeRequest::Job(job) => job_sample(ctx, rollout, regions, request, job).await,
+        ProbeRequest::Job(job) => job_sample(ctx, rollout, fetched, request, job).await,
     }
 }
 
@@ -114,7 +114,7 @@ async fn secret_value(
 async fn job_sample(
     ctx: &Context,
     rollout: &ConfigRollout,
-    regions: &[Region],
+    fetched: &Fetched,
     request: &GateSampleRequest,
     job: &JobCheck,
 ) -> ProbeAnswer {
@@ -122,6 +122,18 @@ async fn job_sample(
     let Some(region_name) = request.region.as_deref() else {
         return error("a job gate runs in a region; this window has none".to_owned());
     };
+    // Checked again here, whatever the caller did: a Job is only ever created where the
+    // rollout may write.
+    let namespace = &rollout.spec.target.namespace;
+    if !fetched.grant.allows_target_namespace(namespace)
+        || !fetched.grant.allows_region(region_name)
+    {
+        return error(format!(
+            "namespace {namespace} of region {region_name} is outside the rollout's grant: \
+             no Job runs there"
+        ));
+    }
+    let regions = fetched.regions.as_slice();
     let Some(region) = regions
         .iter()
         .find(|region| region.name_any() == region_name)

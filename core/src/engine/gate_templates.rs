@@ -81,12 +81,30 @@ pub fn named_templates(spec: &ConfigRolloutSpec) -> BTreeSet<(TemplateKey, Strin
 /// Resolves every template gate of `spec` (a rollout of `namespace`) with `templates`.
 pub fn resolve(spec: &ConfigRolloutSpec, namespace: &str, templates: &Templates) -> Resolution {
     let mut resolution = Resolution::default();
+    let mut recorded: usize = 0;
     for (index, gate) in spec.gates.iter().enumerate() {
         let Some(reference) = &gate.template else {
             continue;
         };
         match resolve_one(index, reference, namespace, templates) {
             Ok(use_) => {
+                let bytes = serde_json::to_vec(&use_.check).map_or(usize::MAX, |json| json.len());
+                recorded = recorded.saturating_add(bytes);
+                if recorded > MAX_RECORDED_CHECK_BYTES {
+                    resolution.errors.insert(
+                        gate.name.clone(),
+                        SpecError {
+                            field: format!("spec.gates[{index}].template"),
+                            message: format!(
+                                "the template gates' checks take more than {} KiB, which the \
+                                 rollout's status records: fewer template gates, or smaller \
+                                 checks (a caBundle, a Job template)",
+                                MAX_RECORDED_CHECK_BYTES / 1024
+                            ),
+                        },
+                    );
+                    continue;
+                }
                 resolution.current.insert(
                     gate.name.clone(),
                     GateTemplateUse {
@@ -143,6 +161,9 @@ fn resolve_one(
         .map_err(|(name, message)| error(&name, message))?;
     let check = substitute(&template.check, &args)
         .map_err(|message| error("", format!("{described}: {message}")))?;
+    if let Some(problem) = oversized(&check) {
+        return Err(error("", format!("{described}: {problem}")));
+    }
     Ok(GateTemplateUse {
         gate: String::new(),
         template: described,
@@ -152,6 +173,47 @@ fn resolve_one(
         check,
     })
 }
+
+/// Why a check, its args in, cannot be recorded in status (whose schema holds it to the
+/// template's own bounds), if so: a long arg, percent-encoded or escaped, can make a
+/// field longer than the template itself could be.
+fn oversized(check: &GateCheck) -> Option<String> {
+    use configrollout_api::{
+        MAX_ARG_VALUE_LENGTH, MAX_CONDITION_LENGTH, MAX_QUERY_LENGTH, MAX_WEB_BODY_LENGTH,
+        MAX_WEB_URL_LENGTH,
+    };
+    let mut fields: Vec<(&str, &str, u64)> = Vec::new();
+    if let Some(prometheus) = &check.prometheus {
+        fields.push(("prometheus.query", &prometheus.query, MAX_QUERY_LENGTH));
+        fields.push((
+            "prometheus.condition",
+            &prometheus.condition,
+            MAX_CONDITION_LENGTH,
+        ));
+    }
+    if let Some(web) = &check.web {
+        fields.push(("web.url", &web.url, MAX_WEB_URL_LENGTH));
+        fields.push(("web.condition", &web.condition, MAX_CONDITION_LENGTH));
+        if let Some(body) = &web.body {
+            fields.push(("web.body", body, MAX_WEB_BODY_LENGTH));
+        }
+        for header in &web.headers {
+            if let Some(value) = &header.value {
+                fields.push(("web.headers[].value", value, MAX_ARG_VALUE_LENGTH * 4));
+            }
+        }
+    }
+    fields.into_iter().find_map(|(field, text, max)| {
+        let length = u64::try_from(text.chars().count()).unwrap_or(u64::MAX);
+        (length > max).then(|| {
+            format!("{field} is {length} characters with its args in, more than the {max} allowed")
+        })
+    })
+}
+
+/// The most bytes the checks of a rollout's template gates may take in its status
+/// (`status.gateTemplates`), together: the status is one object, written often.
+pub const MAX_RECORDED_CHECK_BYTES: usize = 128 * 1024;
 
 /// An arg's value, with its type.
 struct ArgValue {
@@ -208,8 +270,15 @@ fn arg_values(
 /// Why `value` is not of `type_`; never quotes it (a value may be refused for holding
 /// control characters a terminal would act on).
 fn type_problem(type_: ArgType, value: &str) -> Option<String> {
-    if value.chars().any(char::is_control) {
-        return Some("holds a control character".to_owned());
+    if value
+        .chars()
+        .any(configrollout_api::text::is_unsafe_to_show)
+    {
+        return Some(
+            "holds a control character or a bidirectional override, which no terminal should \
+             show"
+                .to_owned(),
+        );
     }
     match type_ {
         ArgType::String => None,
@@ -267,6 +336,24 @@ fn substitute(check: &GateCheck, args: &BTreeMap<String, ArgValue>) -> Result<Ga
         let mut web = web.clone();
         if let Some(problem) = url_placeholder_problem(&web.url) {
             return Err(format!("web.url: {problem}"));
+        }
+        // A value that is a path segment of its own, `.` or `..` (or their escapes, which
+        // URL parsers decode), would move the request to another path of the host.
+        let dot_segment = std::cell::RefCell::new(None);
+        substitute_args(&web.url, |name| {
+            let arg = args.get(name)?;
+            if matches!(arg.value.trim(), "." | "..") {
+                dot_segment
+                    .borrow_mut()
+                    .get_or_insert_with(|| name.to_owned());
+            }
+            Some(String::new())
+        })
+        .map_err(in_field("web.url"))?;
+        if let Some(name) = dot_segment.into_inner() {
+            return Err(format!(
+                "web.url: arg {name} is `.` or `..`, which would change the endpoint's path"
+            ));
         }
         web.url = substitute_args(&web.url, escaped(escape_url_component))
             .map_err(in_field("web.url"))?;
@@ -374,6 +461,13 @@ pub fn effective_spec(
         apply(gate, check);
     }
     (effective, errors)
+}
+
+/// `gate` as it samples `check`: what the windows opening with it are shaped by.
+pub(super) fn sampling(gate: &Gate, check: &GateCheck) -> Gate {
+    let mut gate = gate.clone();
+    apply(&mut gate, check);
+    gate
 }
 
 /// Makes `gate` sample `check`.
@@ -585,6 +679,40 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    #[test]
+    fn a_web_arg_cannot_move_the_request_to_another_path_nor_overflow_the_status() {
+        let template = json!({
+            "args": [{"name": "team"}],
+            "web": {
+                "url": "https://status.internal/teams/{{args.team}}/errors",
+                "jsonPath": "$.ratio",
+                "condition": "result < 1",
+            },
+        });
+        for value in ["..", "."] {
+            let error = resolved(json!({"team": value}), template.clone()).unwrap_err();
+            assert!(
+                error.contains("would change the endpoint's path"),
+                "{error}"
+            );
+        }
+        let url = resolved(json!({"team": "a/../b"}), template.clone())
+            .unwrap()
+            .web
+            .unwrap()
+            .url;
+        assert_eq!(url, "https://status.internal/teams/a%2F..%2Fb/errors");
+        // 253 characters that percent-encode to nine bytes each: longer than a URL may be.
+        let long: String = std::iter::repeat_n('\u{4e2d}', 253).collect();
+        let error = resolved(json!({"team": long}), template.clone()).unwrap_err();
+        assert!(
+            error.contains("web.url is") && error.contains("more than the 2048 allowed"),
+            "{error}"
+        );
+        let error = resolved(json!({"team": "a\u{202e}b"}), template).unwrap_err();
+        assert!(error.contains("bidirectional override"), "{error}");
     }
 
     #[test]

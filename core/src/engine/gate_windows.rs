@@ -454,7 +454,14 @@ pub(super) fn open_windows(draft: &mut Draft<'_>, index: usize) {
             opens_at: opens_at.clone(),
             ..GateStatus::default()
         };
-        if samples_per_region(gate) {
+        // A template gate's windows are shaped by the check they open with (recorded
+        // below), which may differ from the one the previous stage's windows sampled.
+        let opening_with = gate
+            .template
+            .as_ref()
+            .and(draft.obs.gate_templates.get(&gate.name))
+            .map(|current| super::gate_templates::sampling(gate, &current.check));
+        if samples_per_region(opening_with.as_ref().unwrap_or(gate)) {
             windows.extend(
                 regions
                     .iter()
