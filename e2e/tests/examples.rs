@@ -51,7 +51,8 @@ const LAB_GATE_INTERVAL: &str = "2s";
 const LAB_INITIAL_DELAY: &str = "2s";
 const LAB_PAUSE: &str = "5s";
 const LAB_PAUSE_SECONDS: i64 = 5;
-/// Who last changed a rollout's spec, as the apiserver stamps it (`policies/spec-author.yaml`).
+/// Who last changed a rollout's spec, as the apiserver stamps it
+/// (`policies/mutating/spec-author.yaml`).
 const SPEC_AUTHOR: &str = "configrollout.dev/spec-author";
 
 fn examples_dir() -> PathBuf {
@@ -380,12 +381,12 @@ async fn apply(world: &World, document: &Value) -> DynamicObject {
     within(&what, api.patch(&name, &params, &Patch::Apply(&object))).await
 }
 
-/// Installs the approval policies (`kubectl apply -f policies/` installs them all): the
-/// apiserver binds a StageApproval to its creator and stamps who changed a rollout's
-/// spec, which four-eyes reads. Waits until the stamp is made, so that the rollouts
+/// Installs the approval policies (`kubectl apply -f policies/ -f policies/mutating/`
+/// installs them all, on a 1.36+ hub): the apiserver binds a StageApproval to its creator
+/// and stamps who changed a rollout's spec, which four-eyes reads. Waits until the stamp is made, so that the rollouts
 /// applied later carry their author.
 async fn install_approval_policies(world: &World) {
-    for file in ["stageapproval-approver.yaml", "spec-author.yaml"] {
+    for file in ["stageapproval-approver.yaml", "mutating/spec-author.yaml"] {
         let path = configrollout_e2e::repository_root()
             .join("policies")
             .join(file);
@@ -587,7 +588,10 @@ async fn a_team_gate_uses_the_platform_check(world: &World, file: &str) {
     assert_eq!(used.len(), 1, "{file}: {used:?}");
     assert_eq!(used[0].template, "ClusterGateTemplate error-ratio");
     let check = used[0].check.prometheus.as_ref().expect("a query check");
-    assert_eq!(check.condition, "result < 0.02", "{file}: the team's threshold");
+    assert_eq!(
+        check.condition, "result < 0.02",
+        "{file}: the team's threshold"
+    );
     assert!(
         check.query.contains("[5m]") && check.query.contains("{{region}}"),
         "{file}: the default window, the region filled in per sample: {}",
