@@ -80,6 +80,7 @@ argocd-cm:
 # error ratio, metrics without values) as unit tests.
 labcheck:
 	cd e2e/controlplane && test -z "$$(gofmt -l .)" && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./cmd/...
+	cd e2e/controlplane-1.32 && test -z "$$(gofmt -l .)" && GOWORK=off go vet ./...
 
 # The product on the local lab: hub + 3 regions, the controller, a two-stage rollout with
 # an approval, shown as it progresses. DEMO_ARGS=--keep leaves it running.

@@ -9,16 +9,16 @@ pub const ABORT_ANNOTATION: &str = "configrollout.dev/abort";
 pub const RETRY_ANNOTATION: &str = "configrollout.dev/retry";
 /// Who changed the spec, one line per change since the controller last declared a
 /// revision (see [`crate::author_stamp`]), stamped by the apiserver
-/// (`policies/spec-author.yaml`), never by a client or the controller.
+/// (`policies/mutating/spec-author.yaml`), never by a client or the controller.
 pub const SPEC_AUTHOR_ANNOTATION: &str = "configrollout.dev/spec-author";
-/// Label a `fromConfigMap` source carries so that `policies/source-author.yaml` stamps
+/// Label a `fromConfigMap` source carries so that `policies/mutating/source-author.yaml` stamps
 /// who edits it.
 pub const SOURCE_LABEL: &str = "configrollout.dev/source";
 /// Annotation on a labelled source ConfigMap: who changed its data, one line per change
 /// (see [`crate::author_stamp`]), stamped by the apiserver
-/// (`policies/source-author.yaml`), never by a client.
+/// (`policies/mutating/source-author.yaml`), never by a client.
 pub const SOURCE_AUTHOR_ANNOTATION: &str = "configrollout.dev/data-author";
 /// Who last changed a ConfigSchema's or ClusterConfigSchema's spec, stamped by the
-/// apiserver (`policies/schema-author.yaml`); recorded with each revision the schema
+/// apiserver (`policies/mutating/schema-author.yaml`); recorded with each revision the schema
 /// validated.
 pub const SCHEMA_AUTHOR_ANNOTATION: &str = "configrollout.dev/schema-author";

@@ -1,5 +1,5 @@
-//! The author stamps the admission policies write (`policies/spec-author.yaml` on a
-//! rollout, `policies/source-author.yaml` on a `fromConfigMap` source): one line per
+//! The author stamps the admission policies write (`policies/mutating/spec-author.yaml` on a
+//! rollout, `policies/mutating/source-author.yaml` on a `fromConfigMap` source): one line per
 //! change since the controller last declared a revision from the object, oldest first,
 //! `<sequence> <user>`, the last [`AUTHOR_STAMP_LINES`] kept. Pure: read here, counted in
 //! `configrollout_core::engine::RevisionAuthors`.

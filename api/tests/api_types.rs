@@ -668,7 +668,7 @@ fn spec_round_trips_through_the_yaml_crdgen_writes() {
 #[allow(dead_code)]
 fn _spec_type_is_public(_: ConfigRolloutSpec) {}
 
-/// `policies/spec-author.yaml` makes an author of whoever changes any spec field but
+/// `policies/mutating/spec-author.yaml` makes an author of whoever changes any spec field but
 /// `paused`: it compares the fields one by one, so a field added to the spec must be
 /// added there too, or changing it would make no one an author.
 #[test]
@@ -685,7 +685,7 @@ fn the_spec_author_policy_compares_every_spec_field_but_paused() {
         .collect();
     assert!(fields.len() > 10, "{fields:?}");
     let policy = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/spec-author.yaml"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/mutating/spec-author.yaml"),
     )
     .unwrap();
     for field in &fields {

@@ -1,6 +1,8 @@
 //! Builds the lab's Go programs (`e2e/controlplane/cmd/*`) once and caches them in
 //! `e2e/.cache/bin`, keyed by a hash of the module's sources and the Go version: a
-//! rebuild happens only when those change.
+//! rebuild happens only when those change. A lab of the oldest supported hub release
+//! ([`KubernetesRelease::Oldest`]) also builds `e2e/controlplane-1.32` into
+//! `e2e/.cache/bin-1.32` the same way.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -49,22 +51,62 @@ const PROGRAMS: [&str; 8] = [
 ];
 const STAMP: &str = ".source-hash";
 
+/// The programs of `e2e/controlplane-1.32`: what differs in a lab of
+/// [`KubernetesRelease::Oldest`].
+const OLDEST_PROGRAMS: [&str; 2] = [CONTROLPLANE, KUBECTL];
+/// Its `tool`: kubectl of the same release, as an adopter of that hub would run it.
+const OLDEST_TOOL_PACKAGES: [&str; 1] = ["k8s.io/kubernetes/cmd/kubectl"];
+
+/// The Kubernetes release of the lab's control planes and of its kubectl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KubernetesRelease {
+    /// The release `e2e/controlplane/go.mod` pins (v1.36.3), which every other program
+    /// of the lab comes from too.
+    #[default]
+    Current,
+    /// The oldest release configrollout supports as a hub, `e2e/controlplane-1.32/go.mod`
+    /// (v1.32.13): its kube-apiserver, on the etcd that release requires (3.5, embedded
+    /// the same way), and its kubectl. The workloads, KWOK, kube-controller-manager and
+    /// kube-scheduler stay [`KubernetesRelease::Current`]'s.
+    Oldest,
+}
+
 /// Paths of the built Go programs.
 #[derive(Debug, Clone)]
 pub struct GoPrograms {
     dir: PathBuf,
+    /// Where [`OLDEST_PROGRAMS`] come from in a lab of another release than the current.
+    release_dir: Option<PathBuf>,
 }
 
 impl GoPrograms {
     /// Path of one program.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        match &self.release_dir {
+            Some(dir) if OLDEST_PROGRAMS.contains(&name) => dir.join(name),
+            _ => self.dir.join(name),
+        }
+    }
+
+    /// The release of the control planes and kubectl these programs run.
+    pub fn release(&self) -> KubernetesRelease {
+        if self.release_dir.is_some() {
+            KubernetesRelease::Oldest
+        } else {
+            KubernetesRelease::Current
+        }
     }
 }
 
 /// The Go module's directory in this checkout.
 pub fn module_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane")
+}
+
+/// The Go module of the oldest supported hub release ([`KubernetesRelease::Oldest`]): its
+/// own module, because a Kubernetes release pins every `k8s.io/*` module and etcd.
+pub fn oldest_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane-1.32")
 }
 
 fn cache_dir() -> PathBuf {
@@ -90,39 +132,79 @@ fn go_command() -> String {
 /// Blocking (a cold build takes minutes); concurrent callers wait on a file lock, so
 /// only one of them builds.
 pub fn ensure_built() -> Result<GoPrograms, LabError> {
+    let dir = build_module(&module_dir(), "bin", &PROGRAMS, &TOOL_PACKAGES)?;
+    Ok(GoPrograms {
+        dir,
+        release_dir: None,
+    })
+}
+
+/// [`ensure_built`], with the control plane and kubectl of `release`: for
+/// [`KubernetesRelease::Oldest`], `e2e/controlplane-1.32` built too (once, cached in
+/// `e2e/.cache/bin-1.32`; about 3 minutes cold on two cores).
+pub fn ensure_built_for(release: KubernetesRelease) -> Result<GoPrograms, LabError> {
+    let mut programs = ensure_built()?;
+    if release == KubernetesRelease::Oldest {
+        programs.release_dir = Some(build_module(
+            &oldest_module_dir(),
+            "bin-1.32",
+            &OLDEST_PROGRAMS,
+            &OLDEST_TOOL_PACKAGES,
+        )?);
+    }
+    Ok(programs)
+}
+
+/// Builds `./cmd/...` and `tools` of `module` into `e2e/.cache/<bin>/` unless the stamp
+/// there matches the module's sources, the Go version and the build flags and every one
+/// of `programs` is there; returns that directory.
+fn build_module(
+    module: &Path,
+    bin: &str,
+    programs: &[&str],
+    tools: &[&str],
+) -> Result<PathBuf, LabError> {
     let cache = cache_dir();
     fs::create_dir_all(&cache)
         .map_err(|e| LabError::io(format!("create {}", cache.display()), e))?;
-    let lock_path = cache.join("build.lock");
+    let lock_path = cache.join(if bin == "bin" {
+        "build.lock".to_owned()
+    } else {
+        format!("build-{bin}.lock")
+    });
     let lock = File::create(&lock_path)
         .map_err(|e| LabError::io(format!("open {}", lock_path.display()), e))?;
     lock.lock()
         .map_err(|e| LabError::io(format!("lock {}", lock_path.display()), e))?;
 
-    let bin = cache.join("bin");
-    let ldflags = version_ldflags()?;
-    let wanted = source_hash(&ldflags)?;
+    let bin = cache.join(bin);
+    let ldflags = version_ldflags(module)?;
+    let wanted = source_hash_of(module, &ldflags)?;
     let current = fs::read_to_string(bin.join(STAMP)).unwrap_or_default();
-    let complete = PROGRAMS.iter().all(|p| bin.join(p).is_file());
+    let complete = programs.iter().all(|p| bin.join(p).is_file());
     if current.trim() == wanted && complete {
-        return Ok(GoPrograms { dir: bin });
+        return Ok(bin);
     }
 
-    tracing::info!(module = %module_dir().display(), "building the lab's Go programs (minutes on a cold cache)");
-    let staging = cache.join(format!("bin.building-{}", std::process::id()));
+    tracing::info!(module = %module.display(), "building the lab's Go programs (minutes on a cold cache)");
+    let staging = cache.join(format!(
+        "{}.building-{}",
+        bin.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
     let _ = fs::remove_dir_all(&staging);
     fs::create_dir_all(&staging)
         .map_err(|e| LabError::io(format!("create {}", staging.display()), e))?;
     let mut out_dir = staging.clone().into_os_string();
     out_dir.push("/");
     let output = Command::new(go_command())
-        .current_dir(module_dir())
+        .current_dir(module)
         // The module stands alone: a go.work somewhere above must not change its build.
         .env("GOWORK", "off")
         .args(["build", "-ldflags", &ldflags, "-o"])
         .arg(&out_dir)
         .arg("./cmd/...")
-        .args(TOOL_PACKAGES)
+        .args(tools)
         .output()
         .map_err(|e| {
             LabError::io(
@@ -144,13 +226,13 @@ pub fn ensure_built() -> Result<GoPrograms, LabError> {
     let _ = fs::remove_dir_all(&bin);
     fs::rename(&staging, &bin)
         .map_err(|e| LabError::io(format!("move {} into place", staging.display()), e))?;
-    Ok(GoPrograms { dir: bin })
+    Ok(bin)
 }
 
 /// `-ldflags` stamping the Kubernetes release of go.mod into the binary, as the upstream
 /// build does: without them `/version` reports `v0.0.0-master`.
-fn version_ldflags() -> Result<String, LabError> {
-    let go_mod = module_dir().join("go.mod");
+fn version_ldflags(module: &Path) -> Result<String, LabError> {
+    let go_mod = module.join("go.mod");
     let text = fs::read_to_string(&go_mod)
         .map_err(|e| LabError::io(format!("read {}", go_mod.display()), e))?;
     let version = text
@@ -170,12 +252,6 @@ fn version_ldflags() -> Result<String, LabError> {
         "-X {package}.gitVersion={version} -X {package}.gitMajor={major} -X {package}.gitMinor={minor} \
          -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
     ))
-}
-
-/// Hash of every source file of the module (path and content), the Go version and the
-/// build flags.
-fn source_hash(ldflags: &str) -> Result<String, LabError> {
-    source_hash_of(&module_dir(), ldflags)
 }
 
 /// The Go module that pins Helm (`e2e/tools/helm`): its own module, because Helm's
@@ -336,6 +412,8 @@ fn required_version(module: &Path, path: &str) -> Result<String, LabError> {
         })
 }
 
+/// Hash of every source file of the module at `root` (path and content, a link's target's
+/// content), the Go version and the build flags.
 fn source_hash_of(root: &Path, ldflags: &str) -> Result<String, LabError> {
     let root = root.to_path_buf();
     let mut files = Vec::new();

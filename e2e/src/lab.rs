@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
 use crate::controlplane::{ControlPlane, ReadyInfo};
-use crate::gobuild::{self, GoPrograms};
+use crate::gobuild::{self, GoPrograms, KubernetesRelease};
 use crate::manifests::{self, FIELD_MANAGER};
 use crate::prometheus::{self, DEFAULT_PROMETHEUS_BINARY, Prometheus, Sample};
 use crate::victoria::{DEFAULT_VICTORIA_METRICS_BINARY, VictoriaMetrics};
@@ -67,6 +67,11 @@ pub struct LabOptions {
     /// (`manifests/region/10-rbac.yaml`: viewer, workload). A test registers them itself,
     /// e.g. with `kubectl configrollout region add`. Empty by default.
     pub unregistered_regions: Vec<String>,
+    /// The Kubernetes release of every control plane (hub and regions) and of
+    /// [`Lab::kubectl`]: [`KubernetesRelease::Current`] by default;
+    /// [`KubernetesRelease::Oldest`] (1.32) builds `e2e/controlplane-1.32` on first use.
+    /// Not with [`LabOptions::workload_controllers`], which are of the current release.
+    pub kubernetes: KubernetesRelease,
 }
 
 impl Default for LabOptions {
@@ -81,6 +86,7 @@ impl Default for LabOptions {
             workload_controllers: false,
             victoria_metrics: false,
             unregistered_regions: Vec::new(),
+            kubernetes: KubernetesRelease::Current,
         }
     }
 }
@@ -153,7 +159,16 @@ impl Lab {
         // kube and reqwest build rustls clients; both must use ring, the one provider
         // compiled in. An earlier install (by the caller) is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let programs = tokio::task::spawn_blocking(gobuild::ensure_built)
+        if options.kubernetes != KubernetesRelease::Current && options.workload_controllers {
+            // kube-controller-manager and kube-scheduler newer than their apiserver are
+            // outside Kubernetes' version skew policy.
+            return Err(LabError::InvalidArgument(format!(
+                "workload_controllers are of the current Kubernetes release, not {:?}",
+                options.kubernetes
+            )));
+        }
+        let release = options.kubernetes;
+        let programs = tokio::task::spawn_blocking(move || gobuild::ensure_built_for(release))
             .await
             .map_err(|e| LabError::io("build the lab's Go programs", std::io::Error::other(e)))??;
         let root = match &options.root_dir {

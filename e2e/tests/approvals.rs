@@ -315,8 +315,8 @@ async fn let_alice_author_rollouts(world: &World) {
 async fn install_policies(world: &World) {
     for file in [
         "stageapproval-approver.yaml",
-        "spec-author.yaml",
-        "source-author.yaml",
+        "mutating/spec-author.yaml",
+        "mutating/source-author.yaml",
     ] {
         let path = configrollout_e2e::repository_root()
             .join("policies")
@@ -764,9 +764,9 @@ async fn both_editors_of_a_fixed_change_are_its_authors(world: &World) {
 
 /// Issue 28: the author of a change approved it under four-eyes by editing the
 /// `fromConfigMap` source of someone else's rollout. The source's editor is stamped by
-/// the apiserver (`policies/source-author.yaml`) and recorded among the authors of the
-/// revision it declared; her approval of it is refused, naming both users, and nothing
-/// of it reaches the approval stage; a second person's approval goes through.
+/// the apiserver (`policies/mutating/source-author.yaml`) and recorded among the authors
+/// of the revision it declared; her approval of it is refused, naming both users, and
+/// nothing of it reaches the approval stage; a second person's approval goes through.
 async fn an_editor_of_the_source_may_not_approve_what_she_changed(world: &World) {
     let name = "sourced";
     let source = "sourced-src";
@@ -1571,7 +1571,7 @@ async fn a_frozen_leader_writes_nothing_after_losing_the_lease(
 /// a relayed change naming nobody is stamped with nobody, and every approval of it is
 /// refused rather than counted.
 async fn a_gitops_relay_stamps_the_person_it_relays(world: &World) {
-    let shipped = configrollout_e2e::repository_root().join("policies/spec-author.yaml");
+    let shipped = configrollout_e2e::repository_root().join("policies/mutating/spec-author.yaml");
     let text = std::fs::read_to_string(&shipped).expect("the shipped policy");
     assert!(
         text.contains("expression: \"[]\""),

@@ -160,10 +160,10 @@ async fn install_policy(world: &World, file: &str) {
         .unwrap_or_else(|e| panic!("install {file}: {e}"));
 }
 
-/// Installs `policies/schema-author.yaml` and waits until the apiserver stamps a schema's
+/// Installs `policies/mutating/schema-author.yaml` and waits until the apiserver stamps a schema's
 /// author itself, whatever the client wrote.
 async fn install_schema_author_policy(world: &World) {
-    install_policy(world, "schema-author.yaml").await;
+    install_policy(world, "mutating/schema-author.yaml").await;
     let mut forged = limits_schema("limits", 1000, &[]);
     forged
         .annotations_mut()

@@ -590,7 +590,7 @@ pub struct SchemaRecord {
     /// Its `metadata.generation` then.
     pub generation: i64,
     /// Who last changed it, as the apiserver stamped it (annotation
-    /// `configrollout.dev/schema-author`, `policies/schema-author.yaml`), when stamped.
+    /// `configrollout.dev/schema-author`, `policies/mutating/schema-author.yaml`), when stamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
     /// Checked only because the revision before was checked against it: the spec and

@@ -1,6 +1,6 @@
 //! Whether the admission policies that make approvals truthful are installed and bound in
 //! the hub: `policies/stageapproval-approver.yaml` (an approval's approver is the user
-//! who created it) and `policies/spec-author.yaml` (who last changed a rollout's spec is
+//! who created it) and `policies/mutating/spec-author.yaml` (who last changed a rollout's spec is
 //! stamped by the apiserver). Checked by name, at most every 20 s (3 s while the approver
 //! policy is missing, when no approval counts), and reported on
 //! the rollouts that wait for approvals.

@@ -29,7 +29,7 @@ pub struct Fetched {
     /// The desired data, or why it cannot be had.
     pub desired: Result<BTreeMap<String, String>, String>,
     /// For a `fromConfigMap` rollout, who last changed the source's data, as
-    /// `policies/source-author.yaml` stamps it, or why that is not known.
+    /// `policies/mutating/source-author.yaml` stamps it, or why that is not known.
     pub source_author: Option<Result<SourceAuthor, String>>,
     /// Every Region.
     pub regions: Vec<Region>,
@@ -122,7 +122,7 @@ pub struct SourceAuthor {
     pub stamp: String,
 }
 
-/// Who changed a source ConfigMap's data, as `policies/source-author.yaml` stamps it on
+/// Who changed a source ConfigMap's data, as `policies/mutating/source-author.yaml` stamps it on
 /// ConfigMaps labelled [`SOURCE_LABEL`]; without the label the stamp may have been
 /// written by anyone, so the author is not known.
 fn source_author(namespace: &str, source: &ConfigMap) -> Result<SourceAuthor, String> {
@@ -130,7 +130,7 @@ fn source_author(namespace: &str, source: &ConfigMap) -> Result<SourceAuthor, St
     if source.labels().get(SOURCE_LABEL).map(String::as_str) != Some("true") {
         return Err(format!(
             "the source ConfigMap {namespace}/{name} is not labelled {SOURCE_LABEL}=true, so \
-             nothing stamps who edits it (policies/source-author.yaml)"
+             nothing stamps who edits it (policies/mutating/source-author.yaml)"
         ));
     }
     let stamp = source
@@ -140,7 +140,7 @@ fn source_author(namespace: &str, source: &ConfigMap) -> Result<SourceAuthor, St
         .ok_or_else(|| {
             format!(
                 "the source ConfigMap {namespace}/{name} carries no \
-                 {SOURCE_AUTHOR_ANNOTATION} (install policies/source-author.yaml, then \
+                 {SOURCE_AUTHOR_ANNOTATION} (install policies/mutating/source-author.yaml, then \
                  change it once)"
             )
         })?;

@@ -155,7 +155,7 @@ fn four_eyes_refusal(
         return Some(format!(
             "approval {} by {} refused: who changed the spec is unknown (the \
              annotation configrollout.dev/spec-author is missing; install \
-             policies/spec-author.yaml), so four-eyes cannot be checked",
+             policies/mutating/spec-author.yaml), so four-eyes cannot be checked",
             approval.name, approval.approver
         ));
     };

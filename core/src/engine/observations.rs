@@ -145,7 +145,7 @@ impl RevisionAuthors {
         let mut listed_any = false;
         match spec_stamp {
             None => unknown.push(format!(
-                "the rollout carries no {} (policies/spec-author.yaml)",
+                "the rollout carries no {} (policies/mutating/spec-author.yaml)",
                 configrollout_api::annotations::SPEC_AUTHOR_ANNOTATION
             )),
             Some(stamp) => {

@@ -491,13 +491,13 @@ impl World {
         )
     }
 
-    /// `who` changes the spec: stamped as `policies/spec-author.yaml` does.
+    /// `who` changes the spec: stamped as `policies/mutating/spec-author.yaml` does.
     pub fn spec_changed_by(&mut self, who: &str) {
         self.spec_author = Some(policy_stamp(self.spec_author.as_deref(), who));
     }
 
     /// `who` changes the `fromConfigMap` source: stamped as
-    /// `policies/source-author.yaml` does.
+    /// `policies/mutating/source-author.yaml` does.
     pub fn source_changed_by(&mut self, who: &str) {
         let previous = self
             .source_author

@@ -62,20 +62,27 @@ pub fn page(root: &Path) -> Result<Page, String> {
     keys.sort_by(|a, b| a.key.cmp(&b.key).then(a.file.cmp(&b.file)));
     // Keys only the admission policies name.
     let mut policy_keys: Vec<(String, Vec<String>)> = Vec::new();
-    let policies = root.join("policies");
-    let mut files: Vec<_> = std::fs::read_dir(&policies)
-        .map_err(|error| format!("read {}: {error}", policies.display()))?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
-        .collect();
+    // `policies/` and `policies/mutating/` (the MutatingAdmissionPolicies, 1.36+).
+    let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for directory in ["policies", "policies/mutating"] {
+        let path = root.join(directory);
+        let found = std::fs::read_dir(&path)
+            .map_err(|error| format!("read {}: {error}", path.display()))?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+            .map(|file| {
+                let name = format!(
+                    "{directory}/{}",
+                    file.file_name().unwrap_or_default().to_string_lossy()
+                );
+                (name, file)
+            });
+        files.extend(found);
+    }
     files.sort();
-    for file in files {
+    for (name, file) in files {
         let text = std::fs::read_to_string(&file)
             .map_err(|error| format!("read {}: {error}", file.display()))?;
-        let name = format!(
-            "policies/{}",
-            file.file_name().unwrap_or_default().to_string_lossy()
-        );
         let mut rest = text.as_str();
         while let Some(at) = rest.find(PREFIX) {
             let after = &rest[at + PREFIX.len()..];

@@ -1,0 +1,1 @@
+../../../controlplane/cmd/lab-controlplane/access.go
