@@ -36,7 +36,7 @@ pub const MAX_DIGEST_LENGTH: u64 = 128;
     namespaced,
     derive = "PartialEq",
     shortname = "sapproval",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "A recorded approval for one stage of one revision of a ConfigRollout.",
     printcolumn(name = "Rollout", type_ = "string", json_path = ".spec.rollout"),
     printcolumn(name = "Stage", type_ = "string", json_path = ".spec.stage"),

@@ -31,7 +31,7 @@ pub const MAX_CLAIMANTS_PER_KEY: usize = 16;
     plural = "targetclaims",
     derive = "PartialEq",
     shortname = "tclaim",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "Which ConfigRollout owns each key of one target ConfigMap. Written by the controller.",
     printcolumn(
         name = "Namespace",

@@ -42,7 +42,7 @@ pub const MAX_CHECKED_SCHEMAS: u64 = 32;
     namespaced,
     derive = "PartialEq",
     shortname = "cfgschema",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "Rules a candidate revision's key/values must satisfy before it is declared: \
            per-key types, JSON Schema for documents, CEL across keys, external validators.",
     printcolumn(
@@ -88,7 +88,7 @@ pub struct ConfigSchemaSpec {
     plural = "clusterconfigschemas",
     derive = "PartialEq",
     shortname = "ccfgschema",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "The platform's rules for candidate revisions (cluster-scoped ConfigSchema).",
     printcolumn(
         name = "Age",

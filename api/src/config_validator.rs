@@ -41,7 +41,7 @@ pub const MAX_CA_BUNDLE_LENGTH: u64 = 65536;
     plural = "clusterconfigvalidators",
     derive = "PartialEq",
     shortname = "ccfgvalidator",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "An HTTP endpoint the platform runs that accepts or refuses candidate revisions.",
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
     printcolumn(

@@ -60,7 +60,7 @@ pub const MAX_JOB_TEMPLATE_BYTES: usize = 32 * 1024;
     namespaced,
     derive = "PartialEq",
     shortname = "gatetmpl",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "A gate's check written once, with typed args, used by name from the rollouts of \
            its namespace (prometheus checks only; web and job checks are the platform's).",
     printcolumn(
@@ -95,7 +95,7 @@ pub struct GateTemplateSpec {
     plural = "clustergatetemplates",
     derive = "PartialEq",
     shortname = "cgatetmpl",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "The platform's gate check, with typed args, used by name from any rollout: a \
            PromQL query, an HTTP endpoint read with a JSONPath, or a Job run in the region.",
     printcolumn(

@@ -33,7 +33,7 @@ pub const MAX_DASHBOARD_URL_LENGTH: u64 = 2048;
     plural = "clusternotificationsinks",
     derive = "PartialEq",
     shortname = "cnsink",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "Where the controller delivers notifications about rollouts; rollouts subscribe to it by name.",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(

@@ -71,7 +71,7 @@ pub fn is_forbidden_prometheus_header(name: &str) -> bool {
     derive = "PartialEq",
     derive = "Default",
     shortname = "cregion",
-    category = "configrollout",
+    category = "configrollout-all",
     doc = "A regional Kubernetes cluster that ConfigRollouts publish to.",
     printcolumn(
         name = "Reachable",

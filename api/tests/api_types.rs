@@ -412,9 +412,15 @@ fn crds_identify_the_kinds() {
             crd.spec.names.short_names.as_deref(),
             Some(&[short.to_owned()][..])
         );
+        // Not `configrollout`: kubectl resolves a category before a singular resource name,
+        // and `kubectl get configrollout NAME` would then ask every kind for NAME.
         assert_eq!(
             crd.spec.names.categories.as_deref(),
-            Some(&["configrollout".to_owned()][..])
+            Some(&["configrollout-all".to_owned()][..])
+        );
+        assert_ne!(
+            crd.spec.names.categories,
+            Some(vec![crd.spec.names.singular.clone().unwrap_or_default()])
         );
     }
     let columns = |kind: &str| -> Vec<(String, String)> {
@@ -685,7 +691,8 @@ fn the_spec_author_policy_compares_every_spec_field_but_paused() {
         .collect();
     assert!(fields.len() > 10, "{fields:?}");
     let policy = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/mutating/spec-author.yaml"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../policies/mutating/spec-author.yaml"),
     )
     .unwrap();
     for field in &fields {

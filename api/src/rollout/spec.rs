@@ -54,7 +54,7 @@ pub const MAX_GATE_LIMIT: i32 = 1000;
     status = "ConfigRolloutStatus",
     derive = "PartialEq",
     shortname = "crollout",
-    category = "configrollout",
+    category = "configrollout-all",
     // The controller lists the other rollouts of a target by these before collecting its
     // tombstones.
     selectable = ".spec.target.namespace",
