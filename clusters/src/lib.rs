@@ -11,3 +11,5 @@
 pub mod api_call;
 pub mod hub;
 pub mod regions;
+pub mod use_order;
+pub mod watch_index;

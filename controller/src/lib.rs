@@ -23,5 +23,5 @@ pub mod web_gate;
 
 // The layers below, under the names every module here has always used them by.
 pub use configrollout_api as api;
-pub use configrollout_clusters::{api_call, regions};
+pub use configrollout_clusters::{api_call, regions, watch_index};
 pub use configrollout_core::{crdt, engine, gates, notify};

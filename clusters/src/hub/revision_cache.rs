@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::regions::publication::RevisionState;
+use crate::use_order::UseOrder;
 
 /// Most bytes of encoded revision state kept decoded. Past it the least recently used
 /// are dropped (and read again when needed): real revisions are a few KiB, the largest a
@@ -27,8 +28,8 @@ pub struct DecodedRevisions {
 #[derive(Default)]
 struct Inner {
     entries: HashMap<String, Entry>,
+    order: UseOrder<String>,
     bytes: usize,
-    uses: u64,
 }
 
 struct Entry {
@@ -42,13 +43,12 @@ impl DecodedRevisions {
     /// The decoded state of the object `uid` at `version`, if kept.
     pub fn get(&self, uid: &str, version: &str) -> Option<RevisionState> {
         let mut inner = self.lock();
-        inner.uses = inner.uses.wrapping_add(1);
-        let uses = inner.uses;
+        let inner = &mut *inner;
         let entry = inner.entries.get_mut(uid)?;
         if entry.version != version {
             return None;
         }
-        entry.last_used = uses;
+        entry.last_used = inner.order.used(Some(entry.last_used), uid.to_owned());
         Some(entry.state.clone())
     }
 
@@ -56,25 +56,18 @@ impl DecodedRevisions {
     /// `bytes`; drops the least recently used past [`MAX_DECODED_BYTES`].
     pub fn insert(&self, uid: &str, version: &str, state: &RevisionState, bytes: usize) {
         let mut inner = self.lock();
-        inner.uses = inner.uses.wrapping_add(1);
-        let last_used = inner.uses;
+        inner.forget(uid);
+        let last_used = inner.order.used(None, uid.to_owned());
         let entry = Entry {
             version: version.to_owned(),
             state: state.clone(),
             bytes,
             last_used,
         };
-        if let Some(replaced) = inner.entries.insert(uid.to_owned(), entry) {
-            inner.bytes = inner.bytes.saturating_sub(replaced.bytes);
-        }
+        inner.entries.insert(uid.to_owned(), entry);
         inner.bytes = inner.bytes.saturating_add(bytes);
         while inner.bytes > MAX_DECODED_BYTES {
-            let Some(oldest) = inner
-                .entries
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(uid, _)| uid.clone())
-            else {
+            let Some(oldest) = inner.order.take_oldest() else {
                 break;
             };
             inner.forget(&oldest);
@@ -104,6 +97,7 @@ impl DecodedRevisions {
 impl Inner {
     fn forget(&mut self, uid: &str) {
         if let Some(entry) = self.entries.remove(uid) {
+            self.order.forget(entry.last_used);
             self.bytes = self.bytes.saturating_sub(entry.bytes);
         }
     }

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, PartialObjectMeta, PostParams, Preconditions};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +22,7 @@ use super::revision_cache::DecodedRevisions;
 use super::{HubError, api_call};
 use crate::regions::publication::{RevisionState, encode_revision};
 use crate::regions::store::FIELD_MANAGER;
+use crate::watch_index::{Named, WatchIndex};
 use configrollout_api::ConfigRollout;
 use configrollout_core::crdt;
 
@@ -30,6 +31,13 @@ const REVISIONS_LOADED_AT_ONCE: usize = 4;
 
 /// Label on each ControllerRevision naming its rollout.
 pub const ROLLOUT_LABEL: &str = "configrollout.dev/rollout";
+
+/// The rollout a revision belongs to by its label: the key [`RevisionIndex::by_rollout`]
+/// indexes revisions by (their owner reference is checked where they are loaded).
+pub fn rollout_of_revision(object: &PartialObjectMeta<ControllerRevision>) -> Option<Named> {
+    let rollout = object.labels().get(ROLLOUT_LABEL)?;
+    Some((object.namespace().unwrap_or_default(), rollout.clone()))
+}
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
@@ -44,6 +52,8 @@ struct Stored {
 pub struct RevisionIndex {
     /// Every ControllerRevision carrying [`ROLLOUT_LABEL`], metadata only.
     pub objects: Store<PartialObjectMeta<ControllerRevision>>,
+    /// The objects in `objects` of each rollout, by [`rollout_of_revision`].
+    pub by_rollout: Arc<WatchIndex>,
     /// Decoded states by uid and resourceVersion.
     pub decoded: Arc<DecodedRevisions>,
 }
@@ -90,17 +100,26 @@ impl RevisionStore {
         rollout: &ConfigRollout,
         index: &RevisionIndex,
     ) -> Result<Option<BTreeMap<String, RevisionState>>, HubError> {
-        let namespace = rollout.namespace();
+        let namespace = rollout.namespace().unwrap_or_default();
         let name = rollout.name_any();
         let uid = rollout.metadata.uid.as_deref();
-        let objects = index.objects.state_filter(|object| {
-            object.metadata.namespace == namespace
-                && object.labels().get(ROLLOUT_LABEL) == Some(&name)
-                && object
-                    .owner_references()
-                    .iter()
-                    .any(|owner| Some(owner.uid.as_str()) == uid)
-        });
+        let objects: Vec<_> = index
+            .by_rollout
+            .objects(&namespace, &name)
+            .into_iter()
+            .filter_map(|(namespace, object)| {
+                index
+                    .objects
+                    .get(&ObjectRef::new(&object).within(&namespace))
+            })
+            .filter(|object| {
+                object.labels().get(ROLLOUT_LABEL) == Some(&name)
+                    && object
+                        .owner_references()
+                        .iter()
+                        .any(|owner| Some(owner.uid.as_str()) == uid)
+            })
+            .collect();
         let status = rollout.status.as_ref();
         let named = status
             .and_then(|status| status.revision.as_deref())

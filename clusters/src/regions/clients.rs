@@ -19,7 +19,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
-use super::object_cache::{self, KeptObjects, RegionObjects, RegionWatches};
+use super::object_cache::{
+    self, KeptObjects, RegionChange, RegionChanges, RegionObjects, RegionWatches,
+};
 use super::prometheus_credentials::{CredentialError, endpoint_credentials, secrets_named};
 use super::store::CALL_TIMEOUT;
 use configrollout_api::{PrometheusEndpoint, Region, SecretKeyRef};
@@ -90,6 +92,9 @@ pub enum ClientError {
 /// watch of its namespace's Secrets (no Secret data is held by it).
 pub type SecretVersions = Store<PartialObjectMeta<Secret>>;
 
+/// Region changes waiting for the controller to take them.
+pub const REGION_CHANGES_QUEUED: usize = 4096;
+
 /// A region's client, the Secret (and key) it was built from and that Secret's
 /// resourceVersion.
 struct CachedClient {
@@ -129,6 +134,7 @@ pub struct RegionClients {
     prometheus: Mutex<HashMap<String, CachedCredentials>>,
     secret_versions: OnceLock<SecretVersions>,
     kept: KeptObjects,
+    changes: RegionChanges,
 }
 
 impl RegionClients {
@@ -136,15 +142,30 @@ impl RegionClients {
     /// `policy.controller_namespace`. `watch_hub` reaches the same cluster with a read
     /// timeout a quiet watch outlives, for regions that are the hub itself.
     pub fn new(hub: Client, watch_hub: Client, policy: CredentialPolicy) -> Self {
+        let (changes, _) = tokio::sync::broadcast::channel(REGION_CHANGES_QUEUED);
         Self {
             hub,
-            hub_watches: Arc::new(RegionWatches::new("hub", watch_hub)),
+            hub_watches: Arc::new(RegionWatches::new("hub", watch_hub, changes.clone())),
             policy,
             cache: Mutex::new(HashMap::new()),
             prometheus: Mutex::new(HashMap::new()),
             secret_versions: OnceLock::new(),
             kept: KeptObjects::default(),
+            changes,
         }
+    }
+
+    /// The changes the region watches see from now on that this process did not make
+    /// ([`RegionChange`]). A receiver more than [`REGION_CHANGES_QUEUED`] behind loses the
+    /// oldest: the rollouts' next resync finds them.
+    pub fn region_changes(&self) -> tokio::sync::broadcast::Receiver<RegionChange> {
+        self.changes.subscribe()
+    }
+
+    /// Whether `change` is a write of this process after all (its answer came after the
+    /// watch's event): the object is kept at the version the change names.
+    pub fn made_here(&self, change: &RegionChange) -> bool {
+        self.kept.holds(change)
     }
 
     /// What reads of `namespace` in `region` may take from memory: call after
@@ -223,7 +244,11 @@ impl RegionClients {
             return Ok(client);
         }
         let (client, watch_client) = build_client(reference, &secret, &self.policy).await?;
-        let watches = Arc::new(RegionWatches::new(&name, watch_client));
+        let watches = Arc::new(RegionWatches::new(
+            &name,
+            watch_client,
+            self.changes.clone(),
+        ));
         // Another kubeconfig may reach another cluster: nothing kept of the old one is
         // an answer there.
         self.kept.forget_region(&name);

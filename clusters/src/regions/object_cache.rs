@@ -34,11 +34,16 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 
-/// Most bytes of kept objects over all regions. Past it the least
-/// recently used are dropped and read again when needed: typical targets are a few KiB,
-/// so thousands of rollouts over ten regions fit, while targets near the ConfigMap limit
-/// cannot grow the process without bound.
-pub const MAX_KEPT_BYTES: usize = 32 * 1024 * 1024;
+use crate::use_order::UseOrder;
+
+/// Most bytes of kept objects over all regions. Past it the least recently used are
+/// dropped and read again when needed. A small target and its companion take about 2 KiB
+/// per region, so 10,000 rollouts over three regions fit (at 32 MiB they did not: each
+/// revision then read every region's objects again, the second wave of `make
+/// scale-bench` at 10,000 x 3 made 1.9 reads per region per rollout and took half again
+/// the CPU of the first), while targets near the ConfigMap limit cannot grow the process
+/// without bound. Memory holds what is kept, not the bound.
+pub const MAX_KEPT_BYTES: usize = 128 * 1024 * 1024;
 /// How long the apiserver keeps one region watch open before it ends it (and it is
 /// started again from where it was).
 pub const WATCH_TIMEOUT_SECS: u32 = 60;
@@ -110,23 +115,47 @@ impl NamespaceVersions {
         self.current.load(Ordering::Acquire)
     }
 
-    /// Takes one watch event in.
-    fn apply(&self, event: WatchEvent) {
+    /// Takes one watch event in. Returns the names whose version it changed from what
+    /// was known: a write of this process whose answer was seen first ([`Self::saw`]) is
+    /// not among them. A listing names what differs from the versions before it.
+    fn apply(&self, event: WatchEvent) -> Vec<(String, Option<String>)> {
         match event {
             WatchEvent::Listed(listed) => {
-                *lock(&self.versions) = listed;
+                let mut versions = lock(&self.versions);
+                let mut changed: Vec<(String, Option<String>)> = listed
+                    .iter()
+                    .filter(|(name, version)| versions.get(*name) != Some(version))
+                    .map(|(name, version)| (name.clone(), Some(version.resource_version.clone())))
+                    .collect();
+                changed.extend(
+                    versions
+                        .keys()
+                        .filter(|name| !listed.contains_key(*name))
+                        .map(|name| (name.clone(), None)),
+                );
+                *versions = listed;
+                drop(versions);
                 self.current.store(true, Ordering::Release);
+                changed
             }
             WatchEvent::Changed { name, version } => {
                 let mut versions = lock(&self.versions);
-                match version {
-                    Some(version) => versions.insert(name, version),
+                let previous = match version.clone() {
+                    Some(version) => versions.insert(name.clone(), version),
                     None => versions.remove(&name),
                 };
                 drop(versions);
                 self.current.store(true, Ordering::Release);
+                if previous == version {
+                    Vec::new()
+                } else {
+                    vec![(name, version.map(|version| version.resource_version))]
+                }
             }
-            WatchEvent::Failed => self.current.store(false, Ordering::Release),
+            WatchEvent::Failed => {
+                self.current.store(false, Ordering::Release);
+                Vec::new()
+            }
         }
     }
 
@@ -155,12 +184,31 @@ enum WatchEvent {
     Failed,
 }
 
+/// A ConfigMap of a watched region namespace changed, and not by a write of this process
+/// whose answer it had already seen: someone edited, deleted or restored it (or the
+/// watch's event came before this process's own answer, which costs one more look).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionChange {
+    /// The Region's name.
+    pub region: String,
+    /// The namespace in the region.
+    pub namespace: String,
+    /// The ConfigMap's name.
+    pub name: String,
+    /// Its resourceVersion now (`None`: deleted).
+    pub resource_version: Option<String>,
+}
+
+/// Where region changes are told: every run of the controller subscribes while it runs.
+pub type RegionChanges = tokio::sync::broadcast::Sender<RegionChange>;
+
 /// The watches of one region, by namespace, through one client: built with the region's
 /// client and dropped with it (a changed kubeconfig may reach another cluster).
 pub struct RegionWatches {
     region: String,
     client: Client,
     namespaces: Mutex<HashMap<String, Watch>>,
+    changes: RegionChanges,
 }
 
 struct Watch {
@@ -193,11 +241,13 @@ pub fn open_watches() -> i64 {
 impl RegionWatches {
     /// Watches of `region` through `client`, which must allow reads quiet for
     /// [`WATCH_READ_TIMEOUT`].
-    pub fn new(region: &str, client: Client) -> Self {
+    /// Changes of the objects there go to `changes` once it is set.
+    pub fn new(region: &str, client: Client, changes: RegionChanges) -> Self {
         Self {
             region: region.to_owned(),
             client,
             namespaces: Mutex::new(HashMap::new()),
+            changes,
         }
     }
 
@@ -232,6 +282,7 @@ impl RegionWatches {
                 self.region.clone(),
                 namespace.to_owned(),
                 versions.clone(),
+                self.changes.clone(),
             ))
             .abort_handle();
         namespaces.insert(
@@ -251,6 +302,7 @@ async fn follow(
     region: String,
     namespace: String,
     versions: Arc<NamespaceVersions>,
+    changes: RegionChanges,
 ) {
     // Counted while the task lives: stopped for idleness or aborted, it is uncounted.
     struct Counted;
@@ -264,6 +316,7 @@ async fn follow(
     let config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut listing: Option<HashMap<String, ObjectVersion>> = None;
+    let mut listed_once = false;
     // Said once per outage: a watch the region's RBAC refuses fails on every retry.
     let mut failing = false;
     let mut idle_check = tokio::time::interval(WATCH_IDLE_CHECK);
@@ -325,7 +378,23 @@ async fn follow(
                 WatchEvent::Failed
             }
         };
-        versions.apply(reduced);
+        // The first listing is what the reconciles that started the watch read anyway.
+        let first_listing = matches!(reduced, WatchEvent::Listed(_)) && !listed_once;
+        listed_once |= matches!(reduced, WatchEvent::Listed(_));
+        let changed = versions.apply(reduced);
+        if first_listing {
+            continue;
+        }
+        for (name, resource_version) in changed {
+            // No one listening (no controller runs here now): nothing to wake. A listener
+            // that falls behind loses the oldest; the rollout's next resync looks anyway.
+            let _ = changes.send(RegionChange {
+                region: region.clone(),
+                namespace: namespace.clone(),
+                name,
+                resource_version,
+            });
+        }
     }
 }
 
@@ -339,8 +408,8 @@ pub struct KeptObjects {
 #[derive(Default)]
 struct Kept {
     entries: HashMap<ObjectKey, KeptEntry>,
+    order: UseOrder<ObjectKey>,
     bytes: usize,
-    uses: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -353,7 +422,7 @@ struct ObjectKey {
 /// One object kept as the JSON it is sent and received as: about a third of the memory
 /// of the decoded object (whose maps allocate whole B-tree nodes), for a decode per use.
 struct KeptEntry {
-    json: Box<[u8]>,
+    json: Arc<[u8]>,
     version: ObjectVersion,
     bytes: usize,
     last_used: u64,
@@ -373,14 +442,32 @@ impl KeptObjects {
     fn forget_where(&self, forget: impl Fn(&ObjectKey) -> bool) {
         let mut kept = self.lock();
         let mut freed = 0;
+        let kept = &mut *kept;
+        let order = &mut kept.order;
         kept.entries.retain(|key, entry| {
             let gone = forget(key);
             if gone {
                 freed += entry.bytes;
+                order.forget(entry.last_used);
             }
             !gone
         });
         kept.bytes = kept.bytes.saturating_sub(freed);
+    }
+
+    /// Whether the object a change names is kept at the version the change names: this
+    /// process wrote (or read) it, and its answer came after the watch's event.
+    pub fn holds(&self, change: &RegionChange) -> bool {
+        let key = ObjectKey {
+            region: change.region.clone(),
+            namespace: change.namespace.clone(),
+            name: change.name.clone(),
+        };
+        let kept = self.lock();
+        match (kept.entries.get(&key), change.resource_version.as_deref()) {
+            (Some(entry), Some(version)) => entry.version.resource_version == version,
+            _ => false,
+        }
     }
 
     /// How many objects are kept, and their bytes.
@@ -390,15 +477,18 @@ impl KeptObjects {
     }
 
     fn get(&self, key: &ObjectKey, version: &ObjectVersion) -> Option<ConfigMap> {
-        let mut kept = self.lock();
-        kept.uses = kept.uses.wrapping_add(1);
-        let uses = kept.uses;
-        let entry = kept.entries.get_mut(key)?;
-        if entry.version != *version {
-            return None;
-        }
-        entry.last_used = uses;
-        serde_json::from_slice(&entry.json).ok()
+        let json = {
+            let mut kept = self.lock();
+            let kept = &mut *kept;
+            let entry = kept.entries.get_mut(key)?;
+            if entry.version != *version {
+                return None;
+            }
+            entry.last_used = kept.order.used(Some(entry.last_used), key.clone());
+            entry.json.clone()
+        };
+        // Decoded outside the lock every region read shares.
+        serde_json::from_slice(&json).ok()
     }
 
     fn insert(&self, key: ObjectKey, object: &ConfigMap) {
@@ -414,25 +504,18 @@ impl KeptObjects {
         };
         let bytes = ENTRY_OVERHEAD_BYTES + json.len() + key.name.len();
         let mut kept = self.lock();
-        kept.uses = kept.uses.wrapping_add(1);
-        let last_used = kept.uses;
+        kept.remove(&key);
+        let last_used = kept.order.used(None, key.clone());
         let entry = KeptEntry {
-            json: json.into_boxed_slice(),
+            json: Arc::from(json),
             version,
             bytes,
             last_used,
         };
-        if let Some(replaced) = kept.entries.insert(key, entry) {
-            kept.bytes = kept.bytes.saturating_sub(replaced.bytes);
-        }
+        kept.entries.insert(key, entry);
         kept.bytes = kept.bytes.saturating_add(bytes);
         while kept.bytes > MAX_KEPT_BYTES {
-            let Some(oldest) = kept
-                .entries
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some(oldest) = kept.order.take_oldest() else {
                 break;
             };
             kept.remove(&oldest);
@@ -451,6 +534,7 @@ impl KeptObjects {
 impl Kept {
     fn remove(&mut self, key: &ObjectKey) {
         if let Some(entry) = self.entries.remove(key) {
+            self.order.forget(entry.last_used);
             self.bytes = self.bytes.saturating_sub(entry.bytes);
         }
     }
@@ -480,6 +564,14 @@ impl<'a> RegionObjects<'a> {
             namespace,
             versions,
         }
+    }
+
+    /// Whether a watch of this namespace is current: a change there is told as a
+    /// [`RegionChange`] rather than found by looking again.
+    pub fn is_watched(&self) -> bool {
+        self.versions
+            .as_ref()
+            .is_some_and(|versions| versions.is_current())
     }
 
     /// The object `name` as the region holds it now, when that is known without a read.

@@ -22,6 +22,7 @@ use crate::leader::LeaderState;
 use crate::reconcile::hub_cache::HubStores;
 use crate::reconcile::{self, Context, ReconcileError, region_status, revision_store, triggers};
 use crate::telemetry::metrics::{Census, RegionState};
+use crate::watch_index::WatchIndex;
 
 /// How often Region reachability is probed.
 const REGION_PROBE_INTERVAL: Duration = Duration::from_secs(15);
@@ -167,11 +168,26 @@ async fn run_controller(
     let gate_templates: Api<GateTemplate> = Api::all(watch_hub.clone());
     let cluster_gate_templates: Api<ClusterGateTemplate> = Api::all(watch_hub.clone());
     let validators: Api<PartialObjectMeta<ClusterConfigValidator>> = Api::all(watch_hub);
-    let controller = Controller::new(rollouts, watcher::Config::default()).with_config(
+    // The rollouts as the reconciles read them, without managedFields: nothing here reads
+    // them, and at 10,000 rollouts they were a large share of the controller's memory.
+    let (cache, rollout_writer) = reflector::store();
+    // The rollouts by the target they write: who a change in a region concerns.
+    let rollouts_by_target = Arc::new(WatchIndex::default());
+    let rollout_changes = reflector::reflector(
+        rollout_writer,
+        watcher(rollouts, watcher::Config::default())
+            .default_backoff()
+            .modify(drop_managed_fields),
+    )
+    .inspect_ok({
+        let rollouts_by_target = rollouts_by_target.clone();
+        move |event| rollouts_by_target.apply(event, triggers::target_of)
+    })
+    .applied_objects();
+    let controller = Controller::for_stream(rollout_changes, cache.clone()).with_config(
         kube::runtime::controller::Config::default()
             .concurrency(reconcile::MAX_CONCURRENT_RECONCILES),
     );
-    let cache = controller.store();
     let region_cache = cache.clone();
     let region_changes = triggers::RegionChanges::default();
     // The reconciles read Regions, approvals and Namespaces from these stores; each is
@@ -180,6 +196,7 @@ async fn run_controller(
     let (approval_store, approval_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (revision_store, revision_writer) = reflector::store();
+    let revisions_by_rollout = Arc::new(WatchIndex::default());
     let (claim_store, claim_writer) = reflector::store();
     let (gate_template_store, gate_template_writer) = reflector::store();
     let (cluster_gate_template_store, cluster_gate_template_writer) = reflector::store();
@@ -193,6 +210,7 @@ async fn run_controller(
         approvals: approval_store,
         namespaces: namespace_store,
         revisions: revision_store,
+        revisions_by_rollout: revisions_by_rollout.clone(),
         claims: claim_store,
         rollouts: cache.clone(),
         gate_templates: gate_template_store,
@@ -232,6 +250,7 @@ async fn run_controller(
         .modify(drop_managed_fields),
     )
     .inspect_ok(move |event| {
+        revisions_by_rollout.apply(event, revision_store::rollout_of_revision);
         if let watcher::Event::Delete(object) = event
             && let Some(uid) = object.metadata.uid.as_deref()
         {
@@ -250,7 +269,11 @@ async fn run_controller(
             }
             triggers::rollouts_for_region(&region_cache.state(), &region)
         })
-        .watches_stream(namespaces, |_| Vec::new())
+        // A grant changed: the namespace's rollouts read it now, not at their resync.
+        .watches_stream(namespaces, {
+            let cache = cache.clone();
+            move |namespace| triggers::rollouts_in_namespace(&cache.state(), &namespace.name_any())
+        })
         .watches_stream(claims, |claim| triggers::rollouts_claiming(&claim))
         .watches_stream(gate_templates, {
             let cache = cache.clone();
@@ -275,6 +298,9 @@ async fn run_controller(
         .reconcile_all_on(ctx.digest_keys.changes())
         // A notice delivered (or failing): the rollout's status records it.
         .reconcile_on(ctx.notifier.reconcile_requests())
+        // Someone edited, deleted or restored a target or its companion in a region: the
+        // rollouts that write it look now (drift, a lost key), not at their resync.
+        .reconcile_on(rollouts_for_region_changes(&ctx, rollouts_by_target))
         .watches(sources, watcher::Config::default(), {
             let cache = cache.clone();
             move |source| {
@@ -304,6 +330,46 @@ async fn run_controller(
             }
         })
         .await;
+}
+
+/// How long a region change waits before it is looked at (see below).
+const OWN_WRITE_ANSWER_WAIT: Duration = Duration::from_millis(500);
+/// Region changes waiting at once (each only a timer).
+const REGION_CHANGES_AT_ONCE: usize = 4096;
+
+/// The rollouts each region change concerns, for as long as this run lasts.
+fn rollouts_for_region_changes(
+    ctx: &Arc<Context>,
+    rollouts_by_target: Arc<WatchIndex>,
+) -> impl futures::Stream<Item = ObjectRef<ConfigRollout>> + Send + 'static {
+    let changes = ctx.region_clients.region_changes();
+    let ctx = ctx.clone();
+    futures::stream::unfold(changes, |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => return Some((change, changes)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "region changes missed: found at the next resync");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    // Looked at a moment later: the watch's event of a write of this process often comes
+    // before the write's own answer, which then shows the change was made here.
+    .map(|change| async move {
+        tokio::time::sleep(OWN_WRITE_ANSWER_WAIT).await;
+        change
+    })
+    .buffer_unordered(REGION_CHANGES_AT_ONCE)
+    .flat_map(move |change| {
+        let concerned = if ctx.region_clients.made_here(&change) {
+            Vec::new()
+        } else {
+            triggers::rollouts_for_region_change(&rollouts_by_target, &change)
+        };
+        futures::stream::iter(concerned)
+    })
 }
 
 /// Follows the resourceVersions of the Secrets in the controller's namespace (metadata

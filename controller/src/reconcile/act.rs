@@ -15,6 +15,7 @@ use super::{Context, HubError};
 use crate::api::{ConfigRollout, Delivery, Region};
 use crate::crdt::{Stamp, WriterId};
 use crate::engine::collection::Keeping;
+use crate::engine::event_fold::{self, RolloutEvent};
 use crate::engine::{ActOutcome, Action, EventType, FailedRegion, Grant};
 use crate::regions::materialize::{Compaction, KeptKeys};
 use crate::regions::publication::RevisionState;
@@ -31,6 +32,9 @@ pub struct ActReport {
     pub region_conflicts: u32,
     /// What the engine settles the status with.
     pub outcome: ActOutcome,
+    /// The Events the engine asked for, published folded once the reconcile's rounds
+    /// are over ([`publish_events`]).
+    pub events: Vec<RolloutEvent>,
 }
 
 impl ActReport {
@@ -41,6 +45,7 @@ impl ActReport {
         self.outcome
             .failed_regions
             .extend(other.outcome.failed_regions.iter().cloned());
+        self.events.extend(other.events.iter().cloned());
     }
 
     /// Region merges that failed.
@@ -193,11 +198,11 @@ pub async fn act(
                 type_,
                 reason,
                 message,
-            } => {
-                if ctx.fence.permits(rollout, WriteKind::Event) {
-                    publish_event(&ctx.events, rollout, *type_, reason, message).await;
-                }
-            }
+            } => report.events.push(RolloutEvent {
+                type_: *type_,
+                reason: reason.clone(),
+                message: message.clone(),
+            }),
         }
     }
     Ok(())
@@ -343,6 +348,27 @@ fn record(
                 region: region.to_owned(),
                 error: format!("{operation}: {error}"),
             });
+        }
+    }
+}
+
+/// Publishes the Events of one reconcile, in order, each run of progress Events folded
+/// ([`event_fold`]): most revisions take two Events rather than one per transition.
+pub(super) async fn publish_events(
+    ctx: &Context,
+    rollout: &ConfigRollout,
+    events: Vec<RolloutEvent>,
+) {
+    for event in event_fold::fold(events) {
+        if ctx.fence.permits(rollout, WriteKind::Event) {
+            publish_event(
+                &ctx.events,
+                rollout,
+                event.type_,
+                &event.reason,
+                &event.message,
+            )
+            .await;
         }
     }
 }

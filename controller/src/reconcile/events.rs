@@ -1,4 +1,5 @@
-//! Events on rollouts (`events.k8s.io/v1`), one per transition, with true repeats folded.
+//! Events on rollouts (`events.k8s.io/v1`), with true repeats counted on one Event. (Which
+//! transitions of a reconcile share an Event is decided before: `engine::event_fold`.)
 //!
 //! kube's `Recorder` folds every Event about one object with the same type and reason
 //! within six minutes into a series of the first one, keeping the first one's note. A

@@ -22,6 +22,7 @@ use crate::api::{
     ClusterGateTemplate, ConfigRollout, GateTemplate, Region, StageApproval, TargetClaim,
 };
 use crate::engine::gate_templates::{TemplateKey, TemplateObject, Templates};
+use crate::watch_index::WatchIndex;
 
 /// How long a reconcile waits for the caches' first list before it fails (and is retried).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,6 +38,8 @@ pub struct HubStores {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The metadata of every rollout's ControllerRevision.
     pub revisions: Store<PartialObjectMeta<ControllerRevision>>,
+    /// The objects in `revisions` of each rollout.
+    pub revisions_by_rollout: Arc<WatchIndex>,
     /// Every TargetClaim (who owns the keys of each shared target).
     pub claims: Store<TargetClaim>,
     /// Every ConfigRollout (the controller's own cache): whether a claimant still exists.
@@ -167,6 +170,7 @@ impl HubCache {
     pub fn revision_store(&self, hub: kube::Client, namespace: &str) -> RevisionStore {
         let index = self.current().map(|stores| RevisionIndex {
             objects: stores.revisions,
+            by_rollout: stores.revisions_by_rollout,
             decoded: self.decoded.clone(),
         });
         RevisionStore::new(hub, namespace).with_index(index)

@@ -49,10 +49,16 @@ use fetch::Fetched;
 use observe::Validated;
 use status_writer::StatusWrite;
 
-/// How long to wait before looking again when nothing asked for an earlier time. A region's
-/// watch only tells the object cache whether its copy is current; a change there does not
-/// start a reconcile, so this bounds how late drift in a region is noticed.
+/// How long to wait before looking again when nothing asked for an earlier time, unless
+/// the rollout is at rest ([`RESTING_REQUEUE`]): this bounds how late drift is noticed in
+/// a region whose watch is not current (its RBAC refuses watch, or it is failing).
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(60);
+/// How long a Complete rollout whose regions are all watched waits for its next look
+/// without news: drift, a deleted or restored object, reaches it from the region's watch
+/// at once ([`crate::regions::object_cache::RegionChange`]); this look is the safety net
+/// for a change the watch missed. At 10,000 rollouts a look every [`IDLE_REQUEUE`] was
+/// 167 reconciles a second with nothing to do.
+pub const RESTING_REQUEUE: Duration = Duration::from_secs(5 * 60);
 /// How soon to look again after a status computed from a stale read was refused.
 const STALE_READ_REQUEUE: Duration = Duration::from_secs(1);
 /// The shortest wait between two reconciles of one rollout.
@@ -329,35 +335,42 @@ async fn run_steps(
     let mut announced =
         (!subscriptions.is_empty()).then(|| stored.status.clone().unwrap_or_default());
     let mut transitions = Vec::new();
-    let last = loop {
-        let input = RoundInput {
-            rollout,
-            observed: &observed,
-            validated: &validated,
-            now,
-        };
-        let round = one_round(ctx, input, &mut fetched, record, &mut report).await?;
-        if let Some(announced) = announced.as_mut() {
-            transitions.extend(crate::notify::transitions(announced, &round.status));
-            announced.clone_from(&round.status);
+    let rounds_result = async {
+        loop {
+            let input = RoundInput {
+                rollout,
+                observed: &observed,
+                validated: &validated,
+                now,
+            };
+            let round = one_round(ctx, input, &mut fetched, record, &mut report).await?;
+            if let Some(announced) = announced.as_mut() {
+                transitions.extend(crate::notify::transitions(announced, &round.status));
+                announced.clone_from(&round.status);
+            }
+            let again = rounds < MAX_ROUNDS
+                && engine::observe_again(
+                    &round.actions,
+                    &round.outcome,
+                    &round.previous,
+                    &round.status,
+                );
+            if !again {
+                break Ok::<_, ReconcileError>(round);
+            }
+            let mut next = with_effective_gates(stored, Some(&round.status), &fetched)
+                .map_or_else(|| rollout.clone(), |(next, _)| next);
+            next.status = Some(round.status);
+            observed = std::borrow::Cow::Owned(next);
+            now = Utc::now();
+            rounds += 1;
         }
-        let again = rounds < MAX_ROUNDS
-            && engine::observe_again(
-                &round.actions,
-                &round.outcome,
-                &round.previous,
-                &round.status,
-            );
-        if !again {
-            break round;
-        }
-        let mut next = with_effective_gates(stored, Some(&round.status), &fetched)
-            .map_or_else(|| rollout.clone(), |(next, _)| next);
-        next.status = Some(round.status);
-        observed = std::borrow::Cow::Owned(next);
-        now = Utc::now();
-        rounds += 1;
-    };
+    }
+    .await;
+    // The Events of every round, also of rounds before one that failed: what they tell
+    // happened in the regions.
+    act::publish_events(ctx, rollout, std::mem::take(&mut report.events)).await;
+    let last = rounds_result?;
 
     let mut status = last.status;
     collect::collect(ctx, rollout, &last.observations, &mut status).await;
@@ -394,6 +407,13 @@ async fn run_steps(
         .await
         .map_err(ReconcileError::Prune)?;
     let key = rollout_key(rollout);
+    // Complete, and every region's target namespace watched: a change there wakes the
+    // rollout (`RegionChange`), so the look without news can wait longer.
+    let idle = if is_resting(ctx, rollout, &fetched, &status) {
+        RESTING_REQUEUE
+    } else {
+        IDLE_REQUEUE
+    };
     // Failing merges back off, but never past a timer the engine set: a deadline (a
     // stage's, a rollback's) must fire on time even while a region refuses every write.
     let requeue = if report.region_failures() > 0 {
@@ -401,7 +421,7 @@ async fn run_steps(
         last.requeue_after.map_or(backoff, |wake| wake.min(backoff))
     } else {
         ctx.backoff.succeeded(&key);
-        last.requeue_after.unwrap_or(IDLE_REQUEUE)
+        last.requeue_after.unwrap_or(idle)
     };
     // A held status is written once its time comes, whatever the engine waits for.
     let requeue = held.map_or(requeue, |wait| requeue.min(wait));
@@ -411,7 +431,45 @@ async fn run_steps(
     let requeue = validated
         .retry_after
         .map_or(requeue, |retry| requeue.min(retry));
-    Ok(Action::requeue(requeue.clamp(MIN_REQUEUE, IDLE_REQUEUE)))
+    let requeue = requeue.clamp(MIN_REQUEUE, idle);
+    Ok(Action::requeue(if requeue == idle {
+        spread(idle, &key)
+    } else {
+        requeue
+    }))
+}
+
+/// Whether the rollout is Complete and a watch of every region's target namespace is
+/// current, so that drift there reaches it as a change rather than at its next look.
+fn is_resting(
+    ctx: &Context,
+    rollout: &ConfigRollout,
+    fetched: &Fetched,
+    status: &crate::api::ConfigRolloutStatus,
+) -> bool {
+    let namespace = &rollout.spec.target.namespace;
+    status.phase == Some(crate::api::RolloutPhase::Complete)
+        && !status.regions.is_empty()
+        && status.regions.iter().all(|listed| {
+            fetched
+                .regions
+                .iter()
+                .find(|region| region.metadata.name.as_deref() == Some(listed.name.as_str()))
+                .is_some_and(|region| ctx.region_clients.objects(region, namespace).is_watched())
+        })
+}
+
+/// `wait`, less a random part of its last fifth: rollouts that completed in the same
+/// wave (thousands, at scale) are looked at again spread out rather than all in the
+/// same second, and stay spread at every later look.
+fn spread(wait: Duration, key: &str) -> Duration {
+    use std::hash::BuildHasher;
+    let spread_ms = u64::try_from((wait / 5).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    // A fresh RandomState is seeded anew: a random draw without a dependency.
+    let draw = std::collections::hash_map::RandomState::new().hash_one(key);
+    wait.saturating_sub(Duration::from_millis(draw % spread_ms))
 }
 
 /// What one round decides from: the rollout as fetched, and as this round sees it (its

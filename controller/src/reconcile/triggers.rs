@@ -10,8 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::{ConfigRollout, Region, TargetClaim};
+use crate::api::{COMPANION_SUFFIX, ConfigRollout, Region, TargetClaim};
 use crate::engine::{self, Grant, RegionObservation};
+use crate::regions::object_cache::RegionChange;
+use crate::watch_index::{Named, WatchIndex};
 
 /// The rollouts some stage selects `region` for (by name or labels, before any grant:
 /// a wider set only costs a reconcile), and those whose status lists it (it may have left
@@ -122,6 +124,43 @@ pub fn rollouts_for_source(
                     .as_ref()
                     .is_some_and(|source| source.name == name)
         })
+        .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
+        .collect()
+}
+
+/// The target a rollout writes: the key [`rollouts_for_region_change`] looks rollouts up by.
+pub fn target_of(rollout: &ConfigRollout) -> Option<Named> {
+    let target = &rollout.spec.target;
+    Some((target.namespace.clone(), target.name.clone()))
+}
+
+/// The rollouts that write the region object a [`RegionChange`] names: its target, or
+/// the target's companion, from `by_target` (rollouts indexed by [`target_of`]). Every
+/// region the change may be in is looked at again by their reconcile (a region reached
+/// through the hub's own client is told as `hub`), so no region filter is applied here.
+pub fn rollouts_for_region_change(
+    by_target: &WatchIndex,
+    change: &RegionChange,
+) -> Vec<ObjectRef<ConfigRollout>> {
+    let target = change
+        .name
+        .strip_suffix(COMPANION_SUFFIX)
+        .unwrap_or(&change.name);
+    by_target
+        .objects(&change.namespace, target)
+        .into_iter()
+        .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+        .collect()
+}
+
+/// The rollouts of hub `namespace`: its grant annotations changed.
+pub fn rollouts_in_namespace(
+    rollouts: &[Arc<ConfigRollout>],
+    namespace: &str,
+) -> Vec<ObjectRef<ConfigRollout>> {
+    rollouts
+        .iter()
+        .filter(|rollout| rollout.namespace().as_deref() == Some(namespace))
         .map(|rollout| ObjectRef::from_obj(rollout.as_ref()))
         .collect()
 }
@@ -303,6 +342,52 @@ mod tests {
         assert_eq!(
             names(rollouts_for_source(&rollouts, "team", "limits-source")),
             ["reads"]
+        );
+    }
+
+    #[test]
+    fn a_changed_target_or_companion_wakes_the_rollouts_that_write_it() {
+        let spec = |namespace: &str, target: &str| {
+            serde_json::json!({
+                "target": {"namespace": namespace, "name": target},
+                "data": {"k": "v"},
+                "stages": [{"name": "all", "regions": {"names": ["eu-1"]}}],
+            })
+        };
+        let rollouts = vec![
+            rollout("team-a", "limits", spec("app", "limits")),
+            rollout("team-b", "shares-limits", spec("app", "limits")),
+            rollout("team-a", "quotas", spec("app", "quotas")),
+            rollout("team-a", "elsewhere", spec("other", "limits")),
+        ];
+        let by_target = WatchIndex::default();
+        for rollout in &rollouts {
+            by_target.apply(
+                &kube::runtime::watcher::Event::Apply(rollout.as_ref().clone()),
+                target_of,
+            );
+        }
+        let change = |name: &str| RegionChange {
+            region: "eu-1".to_owned(),
+            namespace: "app".to_owned(),
+            name: name.to_owned(),
+            resource_version: Some("7".to_owned()),
+        };
+        assert_eq!(
+            names(rollouts_for_region_change(&by_target, &change("limits"))),
+            ["limits", "shares-limits"]
+        );
+        assert_eq!(
+            names(rollouts_for_region_change(
+                &by_target,
+                &change(&format!("quotas{COMPANION_SUFFIX}"))
+            )),
+            ["quotas"]
+        );
+        assert!(rollouts_for_region_change(&by_target, &change("unrelated")).is_empty());
+        assert_eq!(
+            names(rollouts_in_namespace(&rollouts, "team-b")),
+            ["shares-limits"]
         );
     }
 }

@@ -32,6 +32,7 @@ mod conditions;
 mod control;
 mod control_record;
 mod dispatch;
+pub mod event_fold;
 mod expand_contract;
 mod failure;
 pub mod gate_templates;

@@ -32,7 +32,11 @@ fn cache_client(clients: &RegionClients, region: &str, version: &str) {
             reference: secret_ref(region),
             version: Some(version.to_owned()),
             client: unreachable_client(),
-            watches: Arc::new(RegionWatches::new(region, unreachable_client())),
+            watches: Arc::new(RegionWatches::new(
+                region,
+                unreachable_client(),
+                tokio::sync::broadcast::channel(1).0,
+            )),
         },
     );
 }

@@ -170,3 +170,68 @@ fn kept_objects_carry_no_managed_fields() {
     };
     assert_eq!(found.metadata.managed_fields, None);
 }
+
+/// What wakes a rollout: a change this process did not already see from its own write's
+/// answer, and what a listing after a gap shows changed or gone.
+#[test]
+fn changes_not_seen_from_this_process_are_named() {
+    let kept = KeptObjects::default();
+    let versions = Arc::new(NamespaceVersions::default());
+    versions.apply(listed(&[("limits", "u1", "5"), ("other", "u2", "3")]));
+    let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions.clone()));
+    assert!(objects.is_watched());
+
+    // Our write's answer came first: its watch event is no news.
+    objects.saw("limits", Some(&config_map("limits", "u1", "6", "11")));
+    assert!(
+        versions
+            .apply(changed("limits", Some(version("u1", "6"))))
+            .is_empty()
+    );
+
+    // A hand edit, and a deletion, are.
+    assert_eq!(
+        versions.apply(changed("limits", Some(version("u1", "7")))),
+        [("limits".to_owned(), Some("7".to_owned()))]
+    );
+    assert_eq!(
+        versions.apply(changed("other", None)),
+        [("other".to_owned(), None)]
+    );
+
+    // A listing after a gap: what differs from before it (a restored object, a new one)
+    // and what is gone.
+    versions.apply(changed("gone", Some(version("u3", "8"))));
+    let mut relisted = versions.apply(listed(&[("limits", "u1", "7"), ("other", "u9", "9")]));
+    relisted.sort();
+    assert_eq!(
+        relisted,
+        [
+            ("gone".to_owned(), None),
+            ("other".to_owned(), Some("9".to_owned())),
+        ]
+    );
+
+    // A failed watch is no longer watched: its rollouts look at their usual pace.
+    versions.apply(WatchEvent::Failed);
+    assert!(!objects.is_watched());
+}
+
+/// A change whose answer this process kept after the watch's event is its own write.
+#[test]
+fn a_change_at_the_kept_version_was_made_here() {
+    let kept = KeptObjects::default();
+    let versions = Arc::new(NamespaceVersions::default());
+    versions.apply(listed(&[]));
+    let objects = RegionObjects::new(&kept, "region-1", "app", Some(versions));
+    objects.saw("limits", Some(&config_map("limits", "u1", "6", "11")));
+    let change = |version: Option<&str>| RegionChange {
+        region: "region-1".to_owned(),
+        namespace: "app".to_owned(),
+        name: "limits".to_owned(),
+        resource_version: version.map(str::to_owned),
+    };
+    assert!(kept.holds(&change(Some("6"))));
+    assert!(!kept.holds(&change(Some("7"))));
+    assert!(!kept.holds(&change(None)));
+}
