@@ -89,7 +89,7 @@ pub const REASONS: &[Reason] = &[
         "RevisionDeclared",
         &[],
         NORMAL,
-        "A revision was declared (its keys set and removed, digest prefix and pass).",
+        "A revision was declared (its keys set and removed, digest prefix and pass). Told in the note of the stage it opened, or of `RolloutComplete`, when the same reconcile went on ([Events](../operations.md#events)).",
     ),
     reason(
         "RolloutProgressing",
@@ -101,7 +101,7 @@ pub const REASONS: &[Reason] = &[
         "StageStarted",
         &[],
         NORMAL,
-        "A stage started updating its regions.",
+        "A stage started updating its regions. A stage opened after another in the same reconcile, with nothing waited on, is told in the note of where that reconcile came to rest ([Events](../operations.md#events)).",
     ),
     reason(
         "StageApprovalRequired",
@@ -131,7 +131,7 @@ pub const REASONS: &[Reason] = &[
         "StagePassed",
         &[],
         NORMAL,
-        "A stage's regions are done and its gates and bake time passed.",
+        "A stage's regions are done and its gates and bake time passed. Told in the note of the next Event when the same reconcile went on ([Events](../operations.md#events)).",
     ),
     reason(
         "ContractApproved",
@@ -149,7 +149,7 @@ pub const REASONS: &[Reason] = &[
         "RolloutComplete",
         &[],
         NORMAL,
-        "Every stage of the revision passed.",
+        "Every stage of the revision passed; its note tells the transitions of the same reconcile before it ([Events](../operations.md#events)).",
     ),
     reason(
         "AllStagesPassed",
