@@ -156,9 +156,14 @@ pub async fn read_region(
     match inspected {
         Ok(inspection) => {
             observation.state_key_id = inspection.signature.key_id(&key);
-            if inspection.signature.needs_signing(&key) {
-                sign_with_current_key(ctx, &key, rollout, &client, &objects, &observation.name)
-                    .await;
+            // Signed now: the region holds a state signed with the key in use, and the
+            // status says so from this reconcile (a resting rollout's next look may be
+            // minutes away).
+            if inspection.signature.needs_signing(&key)
+                && sign_with_current_key(ctx, &key, rollout, &client, &objects, &observation.name)
+                    .await
+            {
+                observation.state_key_id = Some(key.id());
             }
             observation.reachable = true;
             findings.unmanaged = inspection.ownership == Ownership::Unmanaged;
@@ -332,8 +337,8 @@ async fn inspect_with_held_key(
 
 /// Signs a region's state with the key in use: one signed with the key a rotation
 /// replaced, or one written before MACs (trusted under `--accept-unsigned-states`), so
-/// that it verifies once that key or flag is gone. A failure is logged: the next read
-/// tries again.
+/// that it verifies once that key or flag is gone. Returns whether it was signed; a
+/// failure is logged: the next read tries again.
 async fn sign_with_current_key(
     ctx: &Context,
     key: &DigestKey,
@@ -341,7 +346,7 @@ async fn sign_with_current_key(
     client: &kube::Client,
     objects: &crate::regions::object_cache::RegionObjects<'_>,
     region: &str,
-) {
+) -> bool {
     let target = &rollout.spec.target;
     let may_write = || ctx.fence.permits(rollout, WriteKind::RegionObject);
     match store::sign_with_current_key(
@@ -356,9 +361,13 @@ async fn sign_with_current_key(
     {
         Ok(true) => {
             tracing::info!(region, key_id = %key.id(), "signed a region state with the key in use");
+            true
         }
-        Ok(false) => {}
-        Err(error) => tracing::warn!(region, %error, "could not sign a region state"),
+        Ok(false) => false,
+        Err(error) => {
+            tracing::warn!(region, %error, "could not sign a region state");
+            false
+        }
     }
 }
 
