@@ -344,6 +344,7 @@ fn rollouts_for_region_changes(
 ) -> impl futures::Stream<Item = ObjectRef<ConfigRollout>> + Send + 'static {
     let changes = ctx.region_clients.region_changes();
     let ctx = ctx.clone();
+    let spacing = triggers::WakeSpacing::default();
     futures::stream::unfold(changes, |mut changes| async move {
         loop {
             match changes.recv().await {
@@ -370,6 +371,16 @@ fn rollouts_for_region_changes(
         };
         futures::stream::iter(concerned)
     })
+    .map(move |rollout| {
+        let wait = spacing.plan(&rollout, std::time::Instant::now());
+        async move {
+            let wait = wait?;
+            tokio::time::sleep(wait).await;
+            Some(rollout)
+        }
+    })
+    .buffer_unordered(REGION_CHANGES_AT_ONCE)
+    .filter_map(futures::future::ready)
 }
 
 /// Follows the resourceVersions of the Secrets in the controller's namespace (metadata

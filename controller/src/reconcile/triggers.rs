@@ -153,6 +153,47 @@ pub fn rollouts_for_region_change(
         .collect()
 }
 
+/// The shortest time between two wakes of one rollout by region changes.
+pub const REGION_WAKE_SPACING: std::time::Duration = std::time::Duration::from_secs(5);
+/// Past this many remembered rollouts, those woken longer ago than the spacing are
+/// forgotten.
+const WAKES_REMEMBERED: usize = 4096;
+
+/// Spaces the wakes of each rollout by region changes at least [`REGION_WAKE_SPACING`]
+/// apart. Another writer that puts a target back as soon as the rollout reverts it (two
+/// controllers fighting over one ConfigMap, with `driftPolicy: Revert`) would otherwise
+/// make both write as fast as the region answers; Argo CD's self-heal waits the same
+/// way. Changes that arrive while a wake is pending join it.
+#[derive(Debug, Default)]
+pub struct WakeSpacing {
+    woken: Mutex<HashMap<ObjectRef<ConfigRollout>, std::time::Instant>>,
+}
+
+impl WakeSpacing {
+    /// When to wake `rollout` for a change seen at `now`: `Some(wait)`, or `None` when a
+    /// wake still to come covers it.
+    pub fn plan(
+        &self,
+        rollout: &ObjectRef<ConfigRollout>,
+        now: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let mut woken = self
+            .woken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if woken.len() >= WAKES_REMEMBERED {
+            woken.retain(|_, at| now.saturating_duration_since(*at) < REGION_WAKE_SPACING);
+        }
+        let wake_at = match woken.get(rollout) {
+            Some(last) if *last > now => return None,
+            Some(last) => (*last + REGION_WAKE_SPACING).max(now),
+            None => now,
+        };
+        woken.insert(rollout.clone(), wake_at);
+        Some(wake_at.saturating_duration_since(now))
+    }
+}
+
 /// The rollouts of hub `namespace`: its grant annotations changed.
 pub fn rollouts_in_namespace(
     rollouts: &[Arc<ConfigRollout>],
@@ -388,6 +429,40 @@ mod tests {
         assert_eq!(
             names(rollouts_in_namespace(&rollouts, "team-b")),
             ["shares-limits"]
+        );
+    }
+
+    #[test]
+    fn region_change_wakes_of_one_rollout_are_spaced_and_joined() {
+        let spacing = WakeSpacing::default();
+        let limits = ObjectRef::<ConfigRollout>::new("limits").within("team");
+        let quotas = ObjectRef::<ConfigRollout>::new("quotas").within("team");
+        let start = std::time::Instant::now();
+        // The first change wakes at once; another rollout is not held back by it.
+        assert_eq!(
+            spacing.plan(&limits, start),
+            Some(std::time::Duration::ZERO)
+        );
+        assert_eq!(
+            spacing.plan(&quotas, start),
+            Some(std::time::Duration::ZERO)
+        );
+        // A second change a second later waits out the spacing...
+        let second = start + std::time::Duration::from_secs(1);
+        assert_eq!(
+            spacing.plan(&limits, second),
+            Some(REGION_WAKE_SPACING - std::time::Duration::from_secs(1))
+        );
+        // ...and a third, before that wake, joins it.
+        assert_eq!(
+            spacing.plan(&limits, start + std::time::Duration::from_secs(2)),
+            None
+        );
+        // Once the spacing has passed since the last wake, at once again.
+        let later = start + REGION_WAKE_SPACING * 3;
+        assert_eq!(
+            spacing.plan(&limits, later),
+            Some(std::time::Duration::ZERO)
         );
     }
 }
