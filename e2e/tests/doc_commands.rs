@@ -55,7 +55,7 @@ use configrollout::api::{ConfigRollout, Region};
 use configrollout_e2e::chart::{self, Helm};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User, repository_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
@@ -1364,23 +1364,7 @@ impl<'a> Docs<'a> {
             .find(|c| c.name == "controller")
             .expect("the controller container");
 
-        let accounts: Api<ServiceAccount> = Api::namespaced(self.client(cluster), SYSTEM_NAMESPACE);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            }),
-            ..TokenRequest::default()
-        };
-        let minted = within(
-            "TokenRequest",
-            accounts.create_token_request(&account, &PostParams::default(), &request),
-        )
-        .await;
-        let token = minted
-            .status
-            .and_then(|status| status.token)
-            .expect("a minted token");
+        let token = mint_token(self.client(cluster), SYSTEM_NAMESPACE, &account).await;
         let info = self.world.lab.cluster_info(cluster).expect("cluster info");
         let kubeconfig = self.root.join(format!("pod-{cluster}.kubeconfig"));
         std::fs::write(

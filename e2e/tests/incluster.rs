@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use configrollout::api::{ConfigRollout, SampleVerdict, StageState};
 use configrollout_e2e::{HUB, LabChild, LabOptions, SYSTEM_NAMESPACE, User, repository_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, ServiceAccount};
+use k8s_openapi::api::core::v1::Container;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 mod support;
@@ -149,28 +149,6 @@ fn shipped_container() -> Container {
         .into_iter()
         .find(|c| c.name == "controller")
         .expect("the controller container")
-}
-
-/// A ServiceAccount token from the TokenRequest API, as the kubelet mints a pod's.
-async fn mint_token(world: &World) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(world.hub.clone(), SYSTEM_NAMESPACE);
-    let request = TokenRequest {
-        // No audiences: the apiserver's own (its issuer), as a pod's projected token has.
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let minted = within(
-        "TokenRequest",
-        accounts.create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request),
-    )
-    .await;
-    minted
-        .status
-        .and_then(|status| status.token)
-        .expect("a minted token")
 }
 
 /// Who the hub says a bearer token is (SelfSubjectReview with that token alone).
@@ -617,7 +595,7 @@ async fn the_image_runs_in_cluster_as_the_shipped_service_account() {
         .await
         .expect("install the approver policy");
     apply_deploy(&world).await;
-    let token = mint_token(&world).await;
+    let token = mint_token(world.hub.clone(), SYSTEM_NAMESPACE, SERVICE_ACCOUNT).await;
     assert_eq!(
         identity_of(&world, &token).await,
         format!("system:serviceaccount:{SYSTEM_NAMESPACE}:{SERVICE_ACCOUNT}"),

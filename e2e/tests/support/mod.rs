@@ -618,3 +618,27 @@ impl World {
             .expect("start controller")
     }
 }
+
+/// A token of `account` in `namespace` from the TokenRequest API, as the kubelet mints a
+/// pod's projected one (no audiences: the apiserver's own issuer), valid for an hour.
+pub async fn mint_token(client: Client, namespace: &str, account: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client, namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let minted = within(
+        "TokenRequest",
+        accounts.create_token_request(account, &kube::api::PostParams::default(), &request),
+    )
+    .await;
+    minted
+        .status
+        .and_then(|status| status.token)
+        .expect("a minted token")
+}
