@@ -20,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Config};
 
 use super::object_cache::{
-    self, KeptObjects, RegionChange, RegionChanges, RegionObjects, RegionWatches,
+    self, KeptObjects, RegionChange, RegionChangeSender, RegionObjects, RegionWatches,
 };
 use super::prometheus_credentials::{CredentialError, endpoint_credentials, secrets_named};
 use super::store::CALL_TIMEOUT;
@@ -134,7 +134,7 @@ pub struct RegionClients {
     prometheus: Mutex<HashMap<String, CachedCredentials>>,
     secret_versions: OnceLock<SecretVersions>,
     kept: KeptObjects,
-    changes: RegionChanges,
+    changes: RegionChangeSender,
 }
 
 impl RegionClients {

@@ -200,7 +200,7 @@ pub struct RegionChange {
 }
 
 /// Where region changes are told: every run of the controller subscribes while it runs.
-pub type RegionChanges = tokio::sync::broadcast::Sender<RegionChange>;
+pub type RegionChangeSender = tokio::sync::broadcast::Sender<RegionChange>;
 
 /// The watches of one region, by namespace, through one client: built with the region's
 /// client and dropped with it (a changed kubeconfig may reach another cluster).
@@ -208,7 +208,7 @@ pub struct RegionWatches {
     region: String,
     client: Client,
     namespaces: Mutex<HashMap<String, Watch>>,
-    changes: RegionChanges,
+    changes: RegionChangeSender,
 }
 
 struct Watch {
@@ -242,7 +242,7 @@ impl RegionWatches {
     /// Watches of `region` through `client`, which must allow reads quiet for
     /// [`WATCH_READ_TIMEOUT`].
     /// Changes of the objects there go to `changes` once it is set.
-    pub fn new(region: &str, client: Client, changes: RegionChanges) -> Self {
+    pub fn new(region: &str, client: Client, changes: RegionChangeSender) -> Self {
         Self {
             region: region.to_owned(),
             client,
@@ -302,7 +302,7 @@ async fn follow(
     region: String,
     namespace: String,
     versions: Arc<NamespaceVersions>,
-    changes: RegionChanges,
+    changes: RegionChangeSender,
 ) {
     // Counted while the task lives: stopped for idleness or aborted, it is uncounted.
     struct Counted;
